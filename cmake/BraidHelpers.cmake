@@ -1,0 +1,44 @@
+# Helpers shared by every folder's CMakeLists.txt.
+
+set(BRAID_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+# braid_add_library(<folder> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+# Creates target braid_<folder> (alias braid::<folder>) with public headers in
+# <folder>/include/braid/<folder>/ and installs it.
+function(braid_add_library folder)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  set(t braid_${folder})
+  add_library(${t} ${ARG_SOURCES})
+  add_library(braid::${folder} ALIAS ${t})
+  target_include_directories(${t} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_options(${t} PRIVATE ${BRAID_WARNINGS})
+  target_compile_features(${t} PUBLIC cxx_std_20)
+  target_link_libraries(${t} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${folder})
+  install(TARGETS ${t} EXPORT braidTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endfunction()
+
+# braid_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...])
+# A GoogleTest binary whose cases are registered with ctest one by one.
+function(braid_add_test name)
+  if(NOT BRAID_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT ARG_SOURCES)
+    return()
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${BRAID_WARNINGS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main GTest::gmock)
+  target_compile_definitions(${name} PRIVATE
+    BRAID_SOURCE_DIR="${PROJECT_SOURCE_DIR}" BRAID_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  set(labels unit ${ARG_LABELS})
+  gtest_discover_tests(${name} PROPERTIES LABELS "${labels}" DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,106 @@
+// CPU kernels: raw pointers, element counts and dtypes; no Tensor inside (design.md,
+// "Kernels"). Every entry point dispatches at run time to the widest SIMD path the CPU has
+// (cpu_active_isa(), capped by BRAID_CPU_ISA); the *_ref functions in
+// braid/kernels/cpu_reference.h are the scalar references the tests compare them against.
+//
+// Conventions:
+//   - counts and strides are in elements (int64_t), never bytes; sizes of 0 are valid.
+//   - float16 / bfloat16 / fp8 data are loaded to f32, computed in f32 and rounded once on
+//     store (round to nearest even).
+//   - reductions accumulate in a fixed order that does not depend on the SIMD path
+//     (docs/kernels.md, "Reduction order"), so every path gives the same bits.
+//   - unsupported dtype combinations throw Error(kNotSupported) naming the kernel and dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "braid/core/cpu_features.h"
+#include "braid/core/dtype.h"
+
+namespace braid::kernels::cpu {
+
+// ---- data movement ----------------------------------------------------------------------
+
+// dst[i] = convert(src[i]) for n contiguous elements, between any two dtypes of the table.
+// Float targets round to nearest even; fp8 targets follow float_types.h (overflow to NaN for
+// e4m3fn, to Inf for e5m2) unless `saturate` is set. Integer targets truncate toward zero
+// (as C++ / torch); bool targets are (x != 0).
+enum class CastMode : uint8_t { kDefault, kSaturate };
+void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
+          CastMode mode = CastMode::kDefault);
+
+// Gathers a strided n-d view into contiguous memory: dst is dense in row-major order.
+void copy_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape,
+                  const int64_t* src_strides, void* dst);
+// Scatters contiguous src into a strided n-d destination (the inverse of copy_strided).
+void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape,
+                     void* dst, const int64_t* dst_strides);
+
+// dst[i] = value (converted to dtype as cast() would), n elements.
+void fill(void* dst, DType dtype, int64_t n, double value);
+
+// ---- elementwise ------------------------------------------------------------------------
+
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin };
+
+// out[idx] = a[idx] op b[idx] over an n-d index space `shape` (ndim >= 0; ndim == 0 is one
+// element). a_strides / b_strides may hold 0 to broadcast; out is contiguous. All three share
+// `dtype` (f64, f32, f16, bf16, i64, i32; others throw kNotSupported).
+// max / min propagate NaN as torch.maximum / torch.minimum do.
+void binary(BinaryOp op, DType dtype, int ndim, const int64_t* shape, const void* a,
+            const int64_t* a_strides, const void* b, const int64_t* b_strides, void* out);
+
+// out[i] = alpha * x[i] + beta * y[i], contiguous, n elements; out may alias x or y.
+void axpby(DType dtype, int64_t n, double alpha, const void* x, double beta, const void* y,
+           void* out);
+// out[i] = alpha * x[i]; out may alias x.
+void scale(DType dtype, int64_t n, double alpha, const void* x, void* out);
+
+enum class UnaryOp : uint8_t {
+  kExp, kLog, kTanh, kSigmoid, kRelu, kGelu /* exact, erf */, kGeluTanh, kSilu, kSqrt, kRsqrt,
+  kNeg, kAbs
+};
+// out[i] = op(x[i]), contiguous; out may alias x. Float dtypes only.
+void unary(UnaryOp op, DType dtype, int64_t n, const void* x, void* out);
+
+// ---- reductions ---------------------------------------------------------------------------
+
+enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kNormL2 };
+
+// Reduces the middle axis of a contiguous [outer, len, inner] array:
+//   out[o, i] = reduce_{k < len} x[o, k, i]
+// `out_dtype` may be the input dtype or a wider float (f32 / f64). Float inputs accumulate
+// in f32 (f64 for f64 input), or in f64 when `out_dtype` is f64. len == 0 gives 0 for sum,
+// mean is NaN, max / min throw kInvalidArgument. max / min propagate NaN.
+void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
+            DType out_dtype, void* out);
+
+// Softmax (or log-softmax) over the last axis of a contiguous [rows, len] array, computed
+// in f32 (f64 for f64) with max subtraction. out may alias x.
+void softmax(DType dtype, int64_t rows, int64_t len, const void* x, void* out, bool log);
+
+// ---- GEMM ---------------------------------------------------------------------------------
+
+enum class Trans : uint8_t { kNo, kYes };
+
+struct GemmArgs {
+  Trans trans_a = Trans::kNo;
+  Trans trans_b = Trans::kNo;
+  int64_t m = 0, n = 0, k = 0;  // C is m x n; op(A) is m x k; op(B) is k x n
+  double alpha = 1.0, beta = 0.0;
+  const void* a = nullptr;  // row-major, leading dimension lda (elements)
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* c = nullptr;
+  int64_t ldc = 0;
+  DType ab_dtype = DType::kF32;  // f32, f64, f16, bf16
+  DType c_dtype = DType::kF32;   // f32 / f64, or ab_dtype for reduced floats
+  int64_t batch = 1;             // C[i] = alpha op(A[i]) op(B[i]) + beta C[i]
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch items
+};
+// Row-major GEMM. f16 / bf16 inputs are accumulated in f32. beta == 0 ignores C's contents
+// (NaN in C does not propagate).
+void gemm(const GemmArgs& args);
+
+}  // namespace braid::kernels::cpu

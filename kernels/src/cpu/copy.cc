@@ -1,0 +1,79 @@
+// Data movement that needs no SIMD level of its own: strided gather / scatter (memcpy of the
+// innermost contiguous run when there is one) and fill.
+#include <cstring>
+#include <vector>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu.h"
+
+namespace braid::kernels::cpu {
+namespace {
+
+// Walks an n-d index space in row-major order, calling fn(src_offset, count) for each run of
+// the innermost dimension. Offsets are in elements.
+template <typename Fn>
+void for_each_row(int ndim, const int64_t* shape, const int64_t* strides, Fn&& fn) {
+  if (ndim == 0) {
+    fn(int64_t{0}, int64_t{1});
+    return;
+  }
+  for (int d = 0; d < ndim; ++d) {
+    if (shape[d] == 0) return;
+  }
+  const int64_t inner = shape[ndim - 1];
+  std::vector<int64_t> index(ndim > 1 ? ndim - 1 : 1, 0);
+  int64_t offset = 0;
+  while (true) {
+    fn(offset, inner);
+    int d = ndim - 2;
+    for (; d >= 0; --d) {
+      ++index[d];
+      offset += strides[d];
+      if (index[d] < shape[d]) break;
+      offset -= strides[d] * shape[d];
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+void copy_run(char* dst, int64_t dst_stride, const char* src, int64_t src_stride, int64_t count,
+              int64_t elem) {
+  if (dst_stride == 1 && src_stride == 1) {
+    std::memcpy(dst, src, static_cast<size_t>(count * elem));
+    return;
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(dst + i * dst_stride * elem, src + i * src_stride * elem, static_cast<size_t>(elem));
+  }
+}
+
+}  // namespace
+
+void copy_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape,
+                  const int64_t* src_strides, void* dst) {
+  BRAID_CHECK(elem_size > 0, kInvalidArgument, "copy_strided: element size ", elem_size,
+              " must be positive");
+  const auto* s = static_cast<const char*>(src);
+  auto* d = static_cast<char*>(dst);
+  const int64_t inner_stride = ndim > 0 ? src_strides[ndim - 1] : 1;
+  for_each_row(ndim, shape, src_strides, [&](int64_t offset, int64_t count) {
+    copy_run(d, 1, s + offset * elem_size, inner_stride, count, elem_size);
+    d += count * elem_size;
+  });
+}
+
+void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape, void* dst,
+                     const int64_t* dst_strides) {
+  BRAID_CHECK(elem_size > 0, kInvalidArgument, "copy_to_strided: element size ", elem_size,
+              " must be positive");
+  const auto* s = static_cast<const char*>(src);
+  auto* d = static_cast<char*>(dst);
+  const int64_t inner_stride = ndim > 0 ? dst_strides[ndim - 1] : 1;
+  for_each_row(ndim, shape, dst_strides, [&](int64_t offset, int64_t count) {
+    copy_run(d + offset * elem_size, inner_stride, s, 1, count, elem_size);
+    s += count * elem_size;
+  });
+}
+
+}  // namespace braid::kernels::cpu
