@@ -18,6 +18,11 @@ function(braid_add_library folder)
   target_compile_features(${t} PUBLIC cxx_std_20)
   target_link_libraries(${t} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${folder})
+  if(TARGET braid_check_layering)
+    add_dependencies(${t} braid_check_layering)  # a layering error stops the build first
+  endif()
+  # Bottom to top: BraidInstall.cmake and the braid::braid umbrella read this order.
+  set_property(GLOBAL APPEND PROPERTY BRAID_LAYER_LIBRARIES ${t})
   install(TARGETS ${t} EXPORT braidTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -1,4 +1,6 @@
 # Installs the CMake package (find_package(braid) -> braid::braid) and a pkg-config file.
+# Libraries, headers and the braid CLI install themselves (BraidHelpers.cmake, apps/).
+# tests/install/ checks the result from a project outside the tree.
 include(CMakePackageConfigHelpers)
 set(BRAID_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/braid)
 install(EXPORT braidTargets NAMESPACE braid:: DESTINATION ${BRAID_CMAKE_DIR})
@@ -8,9 +10,17 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/braidConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/braidConfig.cmake ${PROJECT_BINARY_DIR}/braidConfigVersion.cmake
   DESTINATION ${BRAID_CMAKE_DIR})
+# The generated braid/core/config.h.
 install(DIRECTORY ${PROJECT_BINARY_DIR}/generated/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-# pkg-config: static archives, so list them bottom-last.
-set(BRAID_PC_LIBS "-lbraid_tensor -lbraid_kernels -lbraid_core")
+# pkg-config. Static archives must be listed top layer first, so reverse the order in
+# which braid_add_library created them (bottom to top). The prefix is found from the .pc
+# file's own place, so `cmake --install --prefix` anywhere gives a working file.
+get_property(_braid_libs GLOBAL PROPERTY BRAID_LAYER_LIBRARIES)
+list(REVERSE _braid_libs)
+list(TRANSFORM _braid_libs PREPEND "-l")
+list(JOIN _braid_libs " " BRAID_PC_LIBS)
+file(RELATIVE_PATH BRAID_PC_TO_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+string(REGEX REPLACE "/$" "" BRAID_PC_TO_PREFIX "${BRAID_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/cmake/braid.pc.in ${PROJECT_BINARY_DIR}/braid.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/braid.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

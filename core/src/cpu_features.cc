@@ -29,7 +29,9 @@ uint64_t xgetbv0() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
-bool bit(uint32_t v, int b) { return (v >> b) & 1u; }
+bool bit(uint32_t v, int b) {
+  return (v >> b) & 1u;
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -92,10 +94,14 @@ const CpuFeatures& cpu_features() {
 
 std::string_view cpu_isa_name(CpuIsa isa) {
   switch (isa) {
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-    case CpuIsa::kAvx512Bf16: return "avx512bf16";
+    case CpuIsa::kScalar:
+      return "scalar";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "?";
 }
@@ -103,10 +109,14 @@ std::string_view cpu_isa_name(CpuIsa isa) {
 bool cpu_supports(CpuIsa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
-    case CpuIsa::kScalar: return true;
-    case CpuIsa::kAvx2: return f.avx2;
-    case CpuIsa::kAvx512: return f.avx512;
-    case CpuIsa::kAvx512Bf16: return f.avx512_bf16;
+    case CpuIsa::kScalar:
+      return true;
+    case CpuIsa::kAvx2:
+      return f.avx2;
+    case CpuIsa::kAvx512:
+      return f.avx512;
+    case CpuIsa::kAvx512Bf16:
+      return f.avx512_bf16;
   }
   return false;
 }
@@ -141,6 +151,8 @@ ScopedCpuIsa::ScopedCpuIsa(CpuIsa isa) : previous_(t_forced_isa) {
   t_forced_isa = static_cast<int>(isa);
 }
 
-ScopedCpuIsa::~ScopedCpuIsa() { t_forced_isa = previous_; }
+ScopedCpuIsa::~ScopedCpuIsa() {
+  t_forced_isa = previous_;
+}
 
 }  // namespace braid

@@ -9,11 +9,16 @@ namespace braid {
 
 std::string_view device_type_name(DeviceType t) {
   switch (t) {
-    case DeviceType::kCPU: return "cpu";
-    case DeviceType::kCUDA: return "cuda";
-    case DeviceType::kHIP: return "hip";
-    case DeviceType::kXPU: return "xpu";
-    case DeviceType::kMeta: return "meta";
+    case DeviceType::kCPU:
+      return "cpu";
+    case DeviceType::kCUDA:
+      return "cuda";
+    case DeviceType::kHIP:
+      return "hip";
+    case DeviceType::kXPU:
+      return "xpu";
+    case DeviceType::kMeta:
+      return "meta";
   }
   return "?";
 }
@@ -48,6 +53,8 @@ std::string Device::str() const {
   return s;
 }
 
-std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, const Device& d) {
+  return os << d.str();
+}
 
 }  // namespace braid

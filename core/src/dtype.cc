@@ -11,7 +11,8 @@ namespace braid {
 std::string_view dtype_name(DType t) {
   switch (t) {
 #define BRAID_DTYPE_NAME(e, n, st, T, sz, fl) \
-  case DType::e: return n;
+  case DType::e:                              \
+    return n;
     BRAID_FOR_EACH_DTYPE(BRAID_DTYPE_NAME)
 #undef BRAID_DTYPE_NAME
   }
@@ -21,7 +22,8 @@ std::string_view dtype_name(DType t) {
 std::string_view dtype_safetensors_name(DType t) {
   switch (t) {
 #define BRAID_DTYPE_ST(e, n, st, T, sz, fl) \
-  case DType::e: return st;
+  case DType::e:                            \
+    return st;
     BRAID_FOR_EACH_DTYPE(BRAID_DTYPE_ST)
 #undef BRAID_DTYPE_ST
   }
@@ -37,17 +39,17 @@ struct Alias {
 
 // torch / numpy spellings users type in configuration files.
 constexpr std::array kAliases = {
-    Alias{"float64", DType::kF64},        Alias{"double", DType::kF64},
-    Alias{"float32", DType::kF32},        Alias{"float", DType::kF32},
-    Alias{"fp32", DType::kF32},           Alias{"float16", DType::kF16},
-    Alias{"half", DType::kF16},           Alias{"fp16", DType::kF16},
-    Alias{"bfloat16", DType::kBF16},      Alias{"float8_e4m3fn", DType::kF8E4M3},
-    Alias{"fp8_e4m3", DType::kF8E4M3},    Alias{"float8_e5m2", DType::kF8E5M2},
-    Alias{"fp8_e5m2", DType::kF8E5M2},    Alias{"int64", DType::kI64},
-    Alias{"long", DType::kI64},           Alias{"int32", DType::kI32},
-    Alias{"int", DType::kI32},            Alias{"int16", DType::kI16},
-    Alias{"short", DType::kI16},          Alias{"int8", DType::kI8},
-    Alias{"uint8", DType::kU8},           Alias{"bool_", DType::kBool},
+    Alias{"float64", DType::kF64},     Alias{"double", DType::kF64},
+    Alias{"float32", DType::kF32},     Alias{"float", DType::kF32},
+    Alias{"fp32", DType::kF32},        Alias{"float16", DType::kF16},
+    Alias{"half", DType::kF16},        Alias{"fp16", DType::kF16},
+    Alias{"bfloat16", DType::kBF16},   Alias{"float8_e4m3fn", DType::kF8E4M3},
+    Alias{"fp8_e4m3", DType::kF8E4M3}, Alias{"float8_e5m2", DType::kF8E5M2},
+    Alias{"fp8_e5m2", DType::kF8E5M2}, Alias{"int64", DType::kI64},
+    Alias{"long", DType::kI64},        Alias{"int32", DType::kI32},
+    Alias{"int", DType::kI32},         Alias{"int16", DType::kI16},
+    Alias{"short", DType::kI16},       Alias{"int8", DType::kI8},
+    Alias{"uint8", DType::kU8},        Alias{"bool_", DType::kBool},
 };
 
 }  // namespace
@@ -75,6 +77,8 @@ DType parse_dtype(std::string_view name) {
              " (or the safetensors / torch spelling)");
 }
 
-std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
+std::ostream& operator<<(std::ostream& os, DType t) {
+  return os << dtype_name(t);
+}
 
 }  // namespace braid

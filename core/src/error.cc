@@ -7,15 +7,24 @@ namespace braid {
 
 std::string_view to_string(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: return "invalid argument";
-    case ErrorKind::kOutOfRange: return "out of range";
-    case ErrorKind::kNotSupported: return "not supported";
-    case ErrorKind::kIo: return "I/O error";
-    case ErrorKind::kCorruptData: return "corrupt data";
-    case ErrorKind::kTimeout: return "timeout";
-    case ErrorKind::kPeerLost: return "peer lost";
-    case ErrorKind::kOutOfMemory: return "out of memory";
-    case ErrorKind::kInternal: return "internal error";
+    case ErrorKind::kInvalidArgument:
+      return "invalid argument";
+    case ErrorKind::kOutOfRange:
+      return "out of range";
+    case ErrorKind::kNotSupported:
+      return "not supported";
+    case ErrorKind::kIo:
+      return "I/O error";
+    case ErrorKind::kCorruptData:
+      return "corrupt data";
+    case ErrorKind::kTimeout:
+      return "timeout";
+    case ErrorKind::kPeerLost:
+      return "peer lost";
+    case ErrorKind::kOutOfMemory:
+      return "out of memory";
+    case ErrorKind::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }

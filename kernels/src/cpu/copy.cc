@@ -1,5 +1,7 @@
 // Data movement that needs no SIMD level of its own: strided gather / scatter (memcpy of the
-// innermost contiguous run when there is one) and fill.
+// innermost contiguous run when there is one) and fill (one element converted as cast()
+// does, then replicated; std::fill_n compiles to wide stores).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -44,7 +46,8 @@ void copy_run(char* dst, int64_t dst_stride, const char* src, int64_t src_stride
     return;
   }
   for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(dst + i * dst_stride * elem, src + i * src_stride * elem, static_cast<size_t>(elem));
+    std::memcpy(dst + i * dst_stride * elem, src + i * src_stride * elem,
+                static_cast<size_t>(elem));
   }
 }
 
@@ -74,6 +77,42 @@ void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t
     copy_run(d + offset * elem_size, inner_stride, s, 1, count, elem_size);
     s += count * elem_size;
   });
+}
+
+namespace {
+
+template <class U>
+void fill_pattern(void* dst, int64_t n, const unsigned char* pattern) {
+  U v;
+  std::memcpy(&v, pattern, sizeof(U));
+  std::fill_n(static_cast<U*>(dst), n, v);
+}
+
+}  // namespace
+
+void fill(void* dst, DType dtype, int64_t n, double value) {
+  BRAID_CHECK(n >= 0, kInvalidArgument, "fill: element count ", n, " must be >= 0");
+  if (n == 0) return;
+  BRAID_CHECK(dst != nullptr, kInvalidArgument, "fill: ", n, " elements of ", dtype,
+              " into a null pointer");
+  // One element converted exactly as cast() converts f64, then replicated.
+  alignas(8) unsigned char pattern[8] = {};
+  cast(&value, DType::kF64, pattern, dtype, 1);
+  switch (dtype_size(dtype)) {
+    case 1:
+      std::memset(dst, pattern[0], static_cast<size_t>(n));
+      return;
+    case 2:
+      fill_pattern<uint16_t>(dst, n, pattern);
+      return;
+    case 4:
+      fill_pattern<uint32_t>(dst, n, pattern);
+      return;
+    case 8:
+      fill_pattern<uint64_t>(dst, n, pattern);
+      return;
+  }
+  BRAID_FAIL(kInvalidArgument, "fill: dtype value ", static_cast<int>(dtype), " is not a DType");
 }
 
 }  // namespace braid::kernels::cpu

@@ -21,7 +21,7 @@ struct AllocatorStats {
   size_t reserved_bytes = 0;   // bytes held from the OS / driver, cached blocks included
   size_t num_allocations = 0;  // allocate() calls that returned a block, since start
   size_t num_frees = 0;
-  size_t cache_hits = 0;       // allocations served from the cache
+  size_t cache_hits = 0;  // allocations served from the cache
 };
 
 // Owning pointer to device memory: frees through its deleter (the allocator, or an external

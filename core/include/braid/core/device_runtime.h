@@ -31,11 +31,11 @@ struct Event {
 };
 
 struct DeviceProperties {
-  std::string name;           // "cpu", "NVIDIA H200", ...
-  size_t total_memory = 0;    // bytes; for cpu the physical memory
-  int compute_major = 0;      // GPU compute capability; 0 on cpu
+  std::string name;         // "cpu", "NVIDIA H200", ...
+  size_t total_memory = 0;  // bytes; for cpu the physical memory
+  int compute_major = 0;    // GPU compute capability; 0 on cpu
   int compute_minor = 0;
-  int multiprocessors = 0;    // SMs / CUs; for cpu the online cores
+  int multiprocessors = 0;  // SMs / CUs; for cpu the online cores
 };
 
 class DeviceRuntime {

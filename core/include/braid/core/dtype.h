@@ -15,18 +15,18 @@ namespace braid {
 
 // The dtype table, the one X-macro list braid keeps (STYLE.md):
 //   X(enumerator, short name, safetensors name, C++ type, size, is_float)
-#define BRAID_FOR_EACH_DTYPE(X)                         \
-  X(kF64, "f64", "F64", double, 8, true)                \
-  X(kF32, "f32", "F32", float, 4, true)                 \
-  X(kF16, "f16", "F16", ::braid::half, 2, true)         \
-  X(kBF16, "bf16", "BF16", ::braid::bfloat16, 2, true)  \
+#define BRAID_FOR_EACH_DTYPE(X)                                    \
+  X(kF64, "f64", "F64", double, 8, true)                           \
+  X(kF32, "f32", "F32", float, 4, true)                            \
+  X(kF16, "f16", "F16", ::braid::half, 2, true)                    \
+  X(kBF16, "bf16", "BF16", ::braid::bfloat16, 2, true)             \
   X(kF8E4M3, "f8e4m3", "F8_E4M3", ::braid::float8_e4m3fn, 1, true) \
   X(kF8E5M2, "f8e5m2", "F8_E5M2", ::braid::float8_e5m2, 1, true)   \
-  X(kI64, "i64", "I64", int64_t, 8, false)              \
-  X(kI32, "i32", "I32", int32_t, 4, false)              \
-  X(kI16, "i16", "I16", int16_t, 2, false)              \
-  X(kI8, "i8", "I8", int8_t, 1, false)                  \
-  X(kU8, "u8", "U8", uint8_t, 1, false)                 \
+  X(kI64, "i64", "I64", int64_t, 8, false)                         \
+  X(kI32, "i32", "I32", int32_t, 4, false)                         \
+  X(kI16, "i16", "I16", int16_t, 2, false)                         \
+  X(kI8, "i8", "I8", int8_t, 1, false)                             \
+  X(kU8, "u8", "U8", uint8_t, 1, false)                            \
   X(kBool, "bool", "BOOL", bool, 1, false)
 
 enum class DType : uint8_t {
@@ -41,7 +41,8 @@ inline constexpr int kNumDTypes = 12;
 constexpr size_t dtype_size(DType t) {
   switch (t) {
 #define BRAID_DTYPE_SIZE(e, n, st, T, sz, fl) \
-  case DType::e: return sz;
+  case DType::e:                              \
+    return sz;
     BRAID_FOR_EACH_DTYPE(BRAID_DTYPE_SIZE)
 #undef BRAID_DTYPE_SIZE
   }
@@ -51,7 +52,8 @@ constexpr size_t dtype_size(DType t) {
 constexpr bool is_floating(DType t) {
   switch (t) {
 #define BRAID_DTYPE_FLOAT(e, n, st, T, sz, fl) \
-  case DType::e: return fl;
+  case DType::e:                               \
+    return fl;
     BRAID_FOR_EACH_DTYPE(BRAID_DTYPE_FLOAT)
 #undef BRAID_DTYPE_FLOAT
   }

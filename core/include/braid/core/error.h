@@ -67,33 +67,29 @@ std::string concat(const Parts&... parts) {
 
 }  // namespace detail
 
-
 }  // namespace braid
 
 // User-input / environment check: `BRAID_CHECK(n >= 0, kInvalidArgument, "count ", n, ...)`.
-#define BRAID_CHECK(cond, kind, ...)                                                  \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]] {                                                       \
-      ::braid::detail::throw_error(::braid::ErrorKind::kind,                          \
-                                   ::braid::detail::concat(__VA_ARGS__),              \
-                                   std::source_location::current());                  \
-    }                                                                                 \
+#define BRAID_CHECK(cond, kind, ...)                                                               \
+  do {                                                                                             \
+    if (!(cond)) [[unlikely]] {                                                                    \
+      ::braid::detail::throw_error(::braid::ErrorKind::kind, ::braid::detail::concat(__VA_ARGS__), \
+                                   std::source_location::current());                               \
+    }                                                                                              \
   } while (0)
 
 // Unconditional failure with a kind: `BRAID_FAIL(kIo, "open ", path, ": ", strerror(e))`.
-#define BRAID_FAIL(kind, ...)                                                         \
-  ::braid::detail::throw_error(::braid::ErrorKind::kind,                              \
-                               ::braid::detail::concat(__VA_ARGS__),                  \
+#define BRAID_FAIL(kind, ...)                                                                  \
+  ::braid::detail::throw_error(::braid::ErrorKind::kind, ::braid::detail::concat(__VA_ARGS__), \
                                std::source_location::current())
 
 // Internal invariant: a failure is a braid bug, reported as kInternal with the condition text.
-#define BRAID_ASSERT(cond, ...)                                                       \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]] {                                                       \
-      ::braid::detail::throw_error(                                                   \
-          ::braid::ErrorKind::kInternal,                                              \
-          ::braid::detail::concat("internal invariant failed: " #cond ". "            \
-                                  __VA_OPT__(, ) __VA_ARGS__),                        \
-          std::source_location::current());                                           \
-    }                                                                                 \
+#define BRAID_ASSERT(cond, ...)                                                                \
+  do {                                                                                         \
+    if (!(cond)) [[unlikely]] {                                                                \
+      ::braid::detail::throw_error(::braid::ErrorKind::kInternal,                              \
+                                   ::braid::detail::concat("internal invariant failed: " #cond \
+                                                           ". " __VA_OPT__(, ) __VA_ARGS__),   \
+                                   std::source_location::current());                           \
+    }                                                                                          \
   } while (0)

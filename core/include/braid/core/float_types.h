@@ -5,9 +5,10 @@
 //   - NaN in gives a quiet NaN out (payloads are not kept; the sign is).
 //   - half, bfloat16, e5m2: overflow rounds to Inf. e4m3fn has no Inf: overflow and Inf
 //     give NaN, as in ml_dtypes and PyTorch.
-//   - The *_saturate conversions (OCP "saturation mode", as NVIDIA's satfinite) clamp
+//   - float8_*::saturate (OCP "saturation mode", as NVIDIA's satfinite) clamps
 //     overflow and Inf to the largest finite value of the sign; NaN stays NaN.
-// These functions are the scalar reference every SIMD cast kernel is tested against.
+// These functions are the scalar reference every SIMD cast kernel is tested against, and
+// tests/golden/ checks them bit for bit against numpy and ml_dtypes on ~9 million cases.
 #pragma once
 
 #include <bit>
@@ -16,8 +17,12 @@
 namespace braid {
 namespace fp {
 
-constexpr uint32_t f32_bits(float f) { return std::bit_cast<uint32_t>(f); }
-constexpr float f32_from_bits(uint32_t u) { return std::bit_cast<float>(u); }
+constexpr uint32_t f32_bits(float f) {
+  return std::bit_cast<uint32_t>(f);
+}
+constexpr float f32_from_bits(uint32_t u) {
+  return std::bit_cast<float>(u);
+}
 
 // ---- binary16 ----------------------------------------------------------------------------
 
@@ -62,7 +67,9 @@ constexpr uint16_t f32_to_bf16_bits(float value) {
   return static_cast<uint16_t>((x + rounding) >> 16);
 }
 
-constexpr float bf16_bits_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
+constexpr float bf16_bits_to_f32(uint16_t b) {
+  return f32_from_bits(static_cast<uint32_t>(b) << 16);
+}
 
 // ---- FP8 (OCP) ---------------------------------------------------------------------------
 
@@ -76,10 +83,12 @@ struct Fp8Format {
   static constexpr int bias = kBias;
   static constexpr bool has_inf = kHasInf;
   // largest finite code (without sign)
-  static constexpr uint8_t max_code = kHasInf ? uint8_t((((1 << kExp) - 2) << kMant) | ((1 << kMant) - 1))
-                                              : uint8_t(((1 << (kExp + kMant)) - 1) - 1);
-  static constexpr uint8_t nan_code = kHasInf ? uint8_t((((1 << kExp) - 1) << kMant) | (1 << (kMant - 1)))
-                                              : uint8_t((1 << (kExp + kMant)) - 1);
+  static constexpr uint8_t max_code =
+      kHasInf ? uint8_t((((1 << kExp) - 2) << kMant) | ((1 << kMant) - 1))
+              : uint8_t(((1 << (kExp + kMant)) - 1) - 1);
+  static constexpr uint8_t nan_code =
+      kHasInf ? uint8_t((((1 << kExp) - 1) << kMant) | (1 << (kMant - 1)))
+              : uint8_t((1 << (kExp + kMant)) - 1);
   static constexpr uint8_t inf_code = kHasInf ? uint8_t(((1 << kExp) - 1) << kMant) : nan_code;
 };
 
@@ -102,7 +111,8 @@ constexpr uint8_t f32_to_fp8_bits(float value, Overflow overflow) {
   uint32_t code;
   if (x < min_normal) {
     // subnormal: a float whose ulp is the fp8 subnormal step rounds for us
-    constexpr uint32_t magic_bits = static_cast<uint32_t>(127 + 1 - F::bias - F::mant_bits + 23) << 23;
+    constexpr uint32_t magic_bits = static_cast<uint32_t>(127 + 1 - F::bias - F::mant_bits + 23)
+                                    << 23;
     const float magic = f32_from_bits(magic_bits);
     code = f32_bits(f32_from_bits(x) + magic) - magic_bits;
   } else {
@@ -196,6 +206,7 @@ struct float8_e5m2 {
 static_assert(sizeof(half) == 2 && sizeof(bfloat16) == 2);
 static_assert(sizeof(float8_e4m3fn) == 1 && sizeof(float8_e5m2) == 1);
 static_assert(fp::E4M3FN::max_code == 0x7e && fp::E4M3FN::nan_code == 0x7f);
-static_assert(fp::E5M2::max_code == 0x7b && fp::E5M2::inf_code == 0x7c && fp::E5M2::nan_code == 0x7e);
+static_assert(fp::E5M2::max_code == 0x7b && fp::E5M2::inf_code == 0x7c &&
+              fp::E5M2::nan_code == 0x7e);
 
 }  // namespace braid

@@ -1,14 +1,15 @@
 // CPU kernels: raw pointers, element counts and dtypes; no Tensor inside (design.md,
 // "Kernels"). Every entry point dispatches at run time to the widest SIMD path the CPU has
-// (cpu_active_isa(), capped by BRAID_CPU_ISA); the *_ref functions in
-// braid/kernels/cpu_reference.h are the scalar references the tests compare them against.
+// (cpu_dispatch_isa(): cpu_active_isa(), capped by BRAID_CPU_ISA or a ScopedCpuIsa); the
+// kScalar level is the reference the tests compare every SIMD level against
+// (docs/kernels.md).
 //
 // Conventions:
 //   - counts and strides are in elements (int64_t), never bytes; sizes of 0 are valid.
 //   - float16 / bfloat16 / fp8 data are loaded to f32, computed in f32 and rounded once on
 //     store (round to nearest even).
 //   - reductions accumulate in a fixed order that does not depend on the SIMD path
-//     (docs/kernels.md, "Reduction order"), so every path gives the same bits.
+//     (docs/reductions-and-gemm.md, "Reduction order"), so every path gives the same bits.
 //   - unsupported dtype combinations throw Error(kNotSupported) naming the kernel and dtype.
 #pragma once
 
@@ -22,9 +23,12 @@ namespace braid::kernels::cpu {
 // ---- data movement ----------------------------------------------------------------------
 
 // dst[i] = convert(src[i]) for n contiguous elements, between any two dtypes of the table.
-// Float targets round to nearest even; fp8 targets follow float_types.h (overflow to NaN for
-// e4m3fn, to Inf for e5m2) unless `saturate` is set. Integer targets truncate toward zero
-// (as C++ / torch); bool targets are (x != 0).
+// Float targets round to nearest even, once (f64 / i32 / i64 sources reach the 16- and
+// 8-bit formats through f32 rounded to odd); fp8 targets follow float_types.h (overflow to
+// NaN for e4m3fn, to Inf for e5m2) unless mode is kSaturate. Float -> integer truncates
+// toward zero and saturates: NaN -> 0, out of range and +-Inf -> the nearest limit (as Rust's
+// `as`). Integer -> integer wraps (as C++ / torch); bool targets are (x != 0). Same dtype:
+// a copy (src and dst may overlap). Every SIMD path is bit-identical to the scalar one.
 enum class CastMode : uint8_t { kDefault, kSaturate };
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
           CastMode mode = CastMode::kDefault);
@@ -46,11 +50,15 @@ enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin };
 // out[idx] = a[idx] op b[idx] over an n-d index space `shape` (ndim >= 0; ndim == 0 is one
 // element). a_strides / b_strides may hold 0 to broadcast; out is contiguous. All three share
 // `dtype` (f64, f32, f16, bf16, i64, i32; others throw kNotSupported).
-// max / min propagate NaN as torch.maximum / torch.minimum do.
+// max / min propagate NaN as torch.maximum / torch.minimum do (a NaN a wins, then a NaN b);
+// between equal values (-0 and +0) they return b. Integer add / sub / mul wrap; integer div
+// truncates toward zero, min / -1 wraps to min, and a zero divisor throws kInvalidArgument
+// (out may then be partly written). Results are bit-identical across SIMD levels.
 void binary(BinaryOp op, DType dtype, int ndim, const int64_t* shape, const void* a,
             const int64_t* a_strides, const void* b, const int64_t* b_strides, void* out);
 
 // out[i] = alpha * x[i] + beta * y[i], contiguous, n elements; out may alias x or y.
+// Float dtypes only. beta == 0 does not read y (it may be null), as BLAS.
 void axpby(DType dtype, int64_t n, double alpha, const void* x, double beta, const void* y,
            void* out);
 // out[i] = alpha * x[i]; out may alias x.
@@ -60,7 +68,9 @@ enum class UnaryOp : uint8_t {
   kExp, kLog, kTanh, kSigmoid, kRelu, kGelu /* exact, erf */, kGeluTanh, kSilu, kSqrt, kRsqrt,
   kNeg, kAbs
 };
-// out[i] = op(x[i]), contiguous; out may alias x. Float dtypes only.
+// out[i] = op(x[i]), contiguous; out may alias x. Float dtypes only. The scalar level computes
+// in double with <cmath> and rounds once; the SIMD levels (f32, f16, bf16) use polynomial
+// approximations whose error bounds docs/kernels.md lists.
 void unary(UnaryOp op, DType dtype, int64_t n, const void* x, void* out);
 
 // ---- reductions ---------------------------------------------------------------------------
@@ -69,14 +79,20 @@ enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kNormL2 };
 
 // Reduces the middle axis of a contiguous [outer, len, inner] array:
 //   out[o, i] = reduce_{k < len} x[o, k, i]
-// `out_dtype` may be the input dtype or a wider float (f32 / f64). Float inputs accumulate
-// in f32 (f64 for f64 input), or in f64 when `out_dtype` is f64. len == 0 gives 0 for sum,
-// mean is NaN, max / min throw kInvalidArgument. max / min propagate NaN.
+// dtypes: f64, f32, f16, bf16 (every op); i64, i32 (sum, max, min; mean / norm throw
+// kNotSupported). `out_dtype` is the input dtype or a wider float (f32 for f16 / bf16, f64
+// for any float); for integers the input dtype or i64 (sums wrap, as torch). Float inputs
+// accumulate in f32 (f64 for f64 input, or when `out_dtype` is f64) and are rounded once to
+// out_dtype. The order is fixed (docs/reductions-and-gemm.md, "Reduction order"), so every
+// SIMD level gives the same bits. len == 0 gives 0 for sum and norm, NaN for mean; max / min
+// throw kInvalidArgument. max / min propagate NaN. outer or inner == 0 writes nothing.
 void reduce(ReduceOp op, DType dtype, int64_t outer, int64_t len, int64_t inner, const void* x,
             DType out_dtype, void* out);
 
 // Softmax (or log-softmax) over the last axis of a contiguous [rows, len] array, computed
-// in f32 (f64 for f64) with max subtraction. out may alias x.
+// in f32 (f64 for f64) with max subtraction; f16 / bf16 are widened and rounded once on
+// store. out may alias x. A row of only -Inf gives NaN (as torch); a NaN makes its row NaN.
+// SIMD levels differ from kScalar by a few ulps (vector exp; docs/reductions-and-gemm.md).
 void softmax(DType dtype, int64_t rows, int64_t len, const void* x, void* out, bool log);
 
 // ---- GEMM ---------------------------------------------------------------------------------
@@ -95,12 +111,15 @@ struct GemmArgs {
   void* c = nullptr;
   int64_t ldc = 0;
   DType ab_dtype = DType::kF32;  // f32, f64, f16, bf16
-  DType c_dtype = DType::kF32;   // f32 / f64, or ab_dtype for reduced floats
+  DType c_dtype = DType::kF32;   // ab_dtype; for f16 / bf16 inputs also f32 or f64
   int64_t batch = 1;             // C[i] = alpha op(A[i]) op(B[i]) + beta C[i]
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch items
 };
 // Row-major GEMM. f16 / bf16 inputs are accumulated in f32. beta == 0 ignores C's contents
-// (NaN in C does not propagate).
+// (NaN in C does not propagate). lda is at least the row length of the stored A (k, or m
+// when transposed), ldb likewise (n, or k), ldc >= n. Batch strides may be 0 for A and B
+// (broadcast); the C items must not overlap. Results depend on the SIMD level by rounding
+// only (docs/reductions-and-gemm.md, "GEMM").
 void gemm(const GemmArgs& args);
 
 }  // namespace braid::kernels::cpu

@@ -53,11 +53,11 @@ class Storage {
 // A number for fill / full / item: holds a double or an int64 exactly.
 class Scalar {
  public:
-  Scalar(double v) : is_int_(false), d_(v), i_(0) {}  // NOLINT: implicit by design
+  Scalar(double v) : is_int_(false), d_(v), i_(0) {}   // NOLINT: implicit by design
   Scalar(float v) : Scalar(static_cast<double>(v)) {}  // NOLINT
   Scalar(int v) : Scalar(static_cast<int64_t>(v)) {}   // NOLINT
   Scalar(int64_t v) : is_int_(true), d_(static_cast<double>(v)), i_(v) {}  // NOLINT
-  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}  // NOLINT
+  Scalar(bool v) : Scalar(static_cast<int64_t>(v)) {}                      // NOLINT
   bool is_integral() const { return is_int_; }
   double to_double() const { return d_; }
   int64_t to_int() const { return is_int_ ? i_ : static_cast<int64_t>(d_); }
@@ -80,7 +80,9 @@ class Tensor {
   // [start, end) with step, like torch.arange; dtype i64 unless given.
   static Tensor arange(double start, double end, double step = 1.0, DType dtype = DType::kI64,
                        Device device = kCPU);
-  static Tensor arange(int64_t end, DType dtype = DType::kI64) { return arange(0, double(end), 1, dtype); }
+  static Tensor arange(int64_t end, DType dtype = DType::kI64) {
+    return arange(0, double(end), 1, dtype);
+  }
   // Uniform [0, 1) and standard normal from a Philox generator (the default one when null).
   static Tensor rand(Shape shape, DType dtype = DType::kF32, Generator* gen = nullptr);
   static Tensor randn(Shape shape, DType dtype = DType::kF32, Generator* gen = nullptr);
@@ -91,7 +93,8 @@ class Tensor {
   // (may be empty for borrowed memory the caller keeps alive). Strides default to
   // contiguous; `nbytes` defaults to what shape/strides reach.
   static Tensor from_blob(void* data, Shape shape, DType dtype, Device device = kCPU,
-                          std::function<void(void*)> deleter = {}, std::optional<Strides> strides = {});
+                          std::function<void(void*)> deleter = {},
+                          std::optional<Strides> strides = {});
 
   // ---- metadata ----
   bool defined() const { return storage_ != nullptr; }

@@ -1,0 +1,187 @@
+// braid_bench_kernels: CPU kernel throughput beside a peer measured in the same run.
+//   bytes/s  casts, axpby, binary add, sum, softmax   peer: memcpy of the same f32 size
+//   FLOP/s   sgemm (and bf16 GEMM)                    peer: OpenBLAS sgemm, one thread
+// Benchmark names end in the element count n (or the GEMM size); bench/run_kernels.sh pairs
+// each braid row with its peer and prints the ratio. Everything runs on one thread.
+//
+// OpenBLAS picks its kernels when the library loads, before main(). On this project's CPUs
+// it mistakes Zen 5 for Haswell unless OPENBLAS_CORETYPE=SkylakeX is set, so main() sets it
+// (when unset and the CPU has AVX-512) and re-executes the program once.
+#include <benchmark/benchmark.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "braid/core/cpu_features.h"
+#include "braid/kernels/cpu.h"
+
+#if BRAID_BENCH_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+namespace k = braid::kernels::cpu;
+using braid::DType;
+
+// n = 16 Ki elements (64 KiB of f32: in L2) and 16 Mi (64 MiB of f32: out of cache).
+constexpr int64_t kSmall = int64_t{1} << 14;
+constexpr int64_t kLarge = int64_t{1} << 24;
+
+void bytes_args(benchmark::internal::Benchmark* b) {
+  b->Arg(kSmall)->Arg(kLarge);
+}
+
+// Buffers of n elements of a dtype, filled with a value representable in every float dtype.
+std::vector<unsigned char> buffer(DType t, int64_t n, double value) {
+  std::vector<unsigned char> v(static_cast<size_t>(n) * braid::dtype_size(t));
+  k::fill(v.data(), t, n, value);
+  return v;
+}
+
+void memcpy_peer(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n));
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), static_cast<size_t>(n) * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);  // read + write
+}
+BENCHMARK(memcpy_peer)->Name("memcpy")->Apply(bytes_args);
+
+template <DType kSrc, DType kDst>
+void cast_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto src = buffer(kSrc, n, 1.5);
+  auto dst = buffer(kDst, n, 0.0);
+  for (auto _ : state) {
+    k::cast(src.data(), kSrc, dst.data(), kDst, n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n *
+                          static_cast<int64_t>(braid::dtype_size(kSrc) + braid::dtype_size(kDst)));
+}
+BENCHMARK(cast_bench<DType::kF32, DType::kBF16>)->Name("cast_f32_bf16")->Apply(bytes_args);
+BENCHMARK(cast_bench<DType::kF32, DType::kF16>)->Name("cast_f32_f16")->Apply(bytes_args);
+BENCHMARK(cast_bench<DType::kBF16, DType::kF32>)->Name("cast_bf16_f32")->Apply(bytes_args);
+BENCHMARK(cast_bench<DType::kF32, DType::kF8E4M3>)->Name("cast_f32_f8e4m3")->Apply(bytes_args);
+
+void axpby_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = buffer(DType::kF32, n, 1.0), y = buffer(DType::kF32, n, 2.0);
+  auto out = buffer(DType::kF32, n, 0.0);
+  for (auto _ : state) {
+    k::axpby(DType::kF32, n, 0.5, x.data(), 0.25, y.data(), out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+BENCHMARK(axpby_bench)->Name("axpby_f32")->Apply(bytes_args);
+
+void add_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto a = buffer(DType::kF32, n, 1.0), b = buffer(DType::kF32, n, 2.0);
+  auto out = buffer(DType::kF32, n, 0.0);
+  const int64_t shape[1] = {n}, stride[1] = {1};
+  for (auto _ : state) {
+    k::binary(k::BinaryOp::kAdd, DType::kF32, 1, shape, a.data(), stride, b.data(), stride,
+              out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 12);
+}
+BENCHMARK(add_bench)->Name("add_f32")->Apply(bytes_args);
+
+template <DType kT>
+void sum_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto x = buffer(kT, n, 1.0);
+  float out = 0;
+  for (auto _ : state) {
+    k::reduce(k::ReduceOp::kSum, kT, 1, n, 1, x.data(), DType::kF32, &out);
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(braid::dtype_size(kT)));
+}
+BENCHMARK(sum_bench<DType::kF32>)->Name("sum_f32")->Apply(bytes_args);
+BENCHMARK(sum_bench<DType::kBF16>)->Name("sum_bf16")->Apply(bytes_args);
+
+// Rows of 1024, as an attention or vocabulary softmax would have.
+void softmax_bench(benchmark::State& state) {
+  const int64_t n = state.range(0), len = 1024;
+  const auto x = buffer(DType::kF32, n, 0.5);
+  auto out = buffer(DType::kF32, n, 0.0);
+  for (auto _ : state) {
+    k::softmax(DType::kF32, n / len, len, x.data(), out.data(), false);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+BENCHMARK(softmax_bench)->Name("softmax_f32")->Apply(bytes_args);
+
+void gemm_args(benchmark::internal::Benchmark* b) {
+  b->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+}
+
+void set_flops(benchmark::State& state, int64_t n) {
+  state.counters["FLOPS"] = benchmark::Counter(2.0 * static_cast<double>(n) * n * n,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
+template <DType kAB>
+void gemm_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto a = buffer(kAB, n * n, 0.5), b = buffer(kAB, n * n, 0.25);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  k::GemmArgs g;
+  g.m = g.n = g.k = n;
+  g.a = a.data(), g.lda = n, g.b = b.data(), g.ldb = n, g.c = c.data(), g.ldc = n;
+  g.ab_dtype = kAB;
+  g.c_dtype = DType::kF32;
+  for (auto _ : state) {
+    k::gemm(g);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, n);
+}
+BENCHMARK(gemm_bench<DType::kF32>)->Name("sgemm_braid")->Apply(gemm_args);
+BENCHMARK(gemm_bench<DType::kBF16>)->Name("gemm_bf16_braid")->Apply(gemm_args);
+
+#if BRAID_BENCH_OPENBLAS
+void openblas_peer(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
+    benchmark::ClobberMemory();
+  }
+  set_flops(state, n);
+}
+BENCHMARK(openblas_peer)->Name("sgemm_openblas")->Apply(gemm_args);
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr && braid::cpu_features().avx512) {
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: then run as we are
+  }
+#if BRAID_BENCH_OPENBLAS
+  openblas_set_num_threads(1);
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
+#endif
+  benchmark::AddCustomContext("braid_isa",
+                              std::string(braid::cpu_isa_name(braid::cpu_active_isa())));
+  benchmark::AddCustomContext("cpu", braid::cpu_features().brand);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,164 @@
+// CPU features: level names, the support lattice, ScopedCpuIsa forcing and nesting, and the
+// BRAID_CPU_ISA cap (checked in a child process, since the cap is read once per process).
+#include "braid/core/cpu_features.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "braid/core/environment.h"
+#include "braid/core/error.h"
+
+extern char** environ;
+
+namespace braid {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kChildPassed = 42;
+
+// Runs one test of this binary in a child process with the current environment; the child
+// test exits with kChildPassed when all its checks held. Returns the exit status.
+int run_child_test(const std::string& test_name) {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return -1;
+  exe[n] = '\0';
+  std::string filter = "--gtest_filter=" + test_name;
+  char* argv[] = {exe, filter.data(), nullptr};
+  PatchEnvironment child{{"CORE_TEST_CHILD", "1"}};
+  pid_t pid = 0;
+  if (::posix_spawn(&pid, exe, nullptr, nullptr, argv, environ) != 0) return -1;
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+bool in_child() {
+  return std::getenv("CORE_TEST_CHILD") != nullptr;
+}
+
+void exit_child() {
+  std::_Exit(::testing::Test::HasFailure() ? 1 : kChildPassed);
+}
+
+CpuIsa widest_supported() {
+  return cpu_max_isa();
+}
+
+TEST(CpuIsa, Names) {
+  EXPECT_EQ(cpu_isa_name(CpuIsa::kScalar), "scalar");
+  EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
+  EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
+  EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx512Bf16), "avx512bf16");
+}
+
+TEST(CpuFeatures, LevelsFormALattice) {
+  const CpuFeatures& f = cpu_features();
+  EXPECT_TRUE(cpu_supports(CpuIsa::kScalar));
+  // Each wider level implies the narrower ones (detection requires them).
+  EXPECT_TRUE(!f.avx512 || f.avx2);
+  EXPECT_TRUE(!f.avx512_bf16 || f.avx512);
+  EXPECT_TRUE(!f.avx512_fp16 || f.avx512);
+  EXPECT_EQ(cpu_supports(CpuIsa::kAvx2), f.avx2);
+  EXPECT_EQ(cpu_supports(CpuIsa::kAvx512), f.avx512);
+  EXPECT_EQ(cpu_supports(CpuIsa::kAvx512Bf16), f.avx512_bf16);
+  EXPECT_TRUE(cpu_supports(cpu_max_isa()));
+  const int next = static_cast<int>(cpu_max_isa()) + 1;
+  if (next <= static_cast<int>(CpuIsa::kAvx512Bf16)) {
+    EXPECT_FALSE(cpu_supports(static_cast<CpuIsa>(next)));
+  }
+  EXPECT_LE(static_cast<int>(cpu_active_isa()), static_cast<int>(cpu_max_isa()));
+  EXPECT_FALSE(f.vendor.empty());
+}
+
+TEST(ScopedCpuIsa, ForcesAndNests) {
+  const CpuIsa outer_default = cpu_dispatch_isa();
+  {
+    ScopedCpuIsa scalar(CpuIsa::kScalar);
+    EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
+    {
+      ScopedCpuIsa wide(widest_supported());
+      EXPECT_EQ(cpu_dispatch_isa(), widest_supported());
+    }
+    EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
+  }
+  EXPECT_EQ(cpu_dispatch_isa(), outer_default);
+  EXPECT_EQ(cpu_dispatch_isa(), cpu_active_isa());
+}
+
+TEST(ScopedCpuIsa, IsPerThread) {
+  ScopedCpuIsa scalar(CpuIsa::kScalar);
+  CpuIsa seen = CpuIsa::kScalar;
+  std::thread([&] { seen = cpu_dispatch_isa(); }).join();
+  EXPECT_EQ(seen, cpu_active_isa());
+  EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
+}
+
+TEST(ScopedCpuIsa, UnsupportedLevelThrowsAndChangesNothing) {
+  if (cpu_max_isa() == CpuIsa::kAvx512Bf16) GTEST_SKIP() << "this CPU supports every level";
+  const auto unsupported = static_cast<CpuIsa>(static_cast<int>(cpu_max_isa()) + 1);
+  ScopedCpuIsa scalar(CpuIsa::kScalar);
+  try {
+    ScopedCpuIsa bad(unsupported);
+    FAIL() << "forcing " << cpu_isa_name(unsupported) << " did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+    EXPECT_THAT(e.message(), HasSubstr(std::string(cpu_isa_name(unsupported))));
+  }
+  EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
+}
+
+TEST(ScopedCpuIsa, LevelOutsideTheEnumThrows) {
+  // Runs on every machine, including ones that support every real level.
+  const auto bogus = static_cast<CpuIsa>(9);
+  EXPECT_FALSE(cpu_supports(bogus));
+  try {
+    ScopedCpuIsa bad(bogus);
+    FAIL() << "forcing level 9 did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+    EXPECT_THAT(e.message(), HasSubstr("not supported by this CPU"));
+  }
+  EXPECT_EQ(cpu_dispatch_isa(), cpu_active_isa());
+}
+
+TEST(CpuIsaEnv, ScalarCapApplies) {
+  PatchEnvironment env{{"BRAID_CPU_ISA", "scalar"}};
+  EXPECT_EQ(run_child_test("CpuIsaEnvChild.ActiveIsScalar"), kChildPassed);
+}
+
+TEST(CpuIsaEnv, BadValueIsRejected) {
+  PatchEnvironment env{{"BRAID_CPU_ISA", "sse9"}};
+  EXPECT_EQ(run_child_test("CpuIsaEnvChild.ActiveThrowsNamingTheVariable"), kChildPassed);
+}
+
+TEST(CpuIsaEnvChild, ActiveIsScalar) {
+  if (!in_child()) GTEST_SKIP() << "runs as a child of CpuIsaEnv.ScalarCapApplies";
+  EXPECT_EQ(cpu_active_isa(), CpuIsa::kScalar);
+  EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
+  exit_child();
+}
+
+TEST(CpuIsaEnvChild, ActiveThrowsNamingTheVariable) {
+  if (!in_child()) GTEST_SKIP() << "runs as a child of CpuIsaEnv.BadValueIsRejected";
+  try {
+    cpu_active_isa();
+    ADD_FAILURE() << "BRAID_CPU_ISA=sse9 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_THAT(e.message(), HasSubstr("BRAID_CPU_ISA"));
+    EXPECT_THAT(e.message(), HasSubstr("sse9"));
+  }
+  exit_child();
+}
+
+}  // namespace
+}  // namespace braid

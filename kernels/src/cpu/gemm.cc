@@ -1,0 +1,233 @@
+// gemm(): argument checks, batching, the scalar reference core, and the f16 / bf16 path
+// (inputs widened to f32, multiplied by the dispatched f32 core, rounded once into C).
+#include <algorithm>
+#include <vector>
+
+#include "braid/core/error.h"
+#include "braid/kernels/cpu.h"
+#include "gemm_impl.h"
+#include "isa_dispatch.h"
+
+namespace braid::kernels::cpu {
+namespace scalar {
+namespace {
+
+// The reference: C[i, j] = alpha * sum_{p = 0..k-1, in order} A(i, p) B(p, j) (+ beta C[i, j]),
+// accumulated in T with a separate multiply and add per term.
+template <typename T>
+void gemm_ref(const GemmCore<T>& g) {
+  std::vector<T> acc(static_cast<size_t>(g.n));
+  for (int64_t i = 0; i < g.m; ++i) {
+    std::fill(acc.begin(), acc.end(), T(0));
+    for (int64_t p = 0; p < g.k; ++p) {
+      const T aip = g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+      if (g.trans_b) {
+        for (int64_t j = 0; j < g.n; ++j) acc[j] += aip * g.b[j * g.ldb + p];
+      } else {
+        const T* brow = g.b + p * g.ldb;
+        for (int64_t j = 0; j < g.n; ++j) acc[j] += aip * brow[j];
+      }
+    }
+    T* crow = g.c + i * g.ldc;
+    for (int64_t j = 0; j < g.n; ++j) {
+      crow[j] = g.beta == T(0) ? g.alpha * acc[j] : g.alpha * acc[j] + g.beta * crow[j];
+    }
+  }
+}
+
+}  // namespace
+
+void gemm_f32(const GemmCore<float>& g) {
+  gemm_ref(g);
+}
+void gemm_f64(const GemmCore<double>& g) {
+  gemm_ref(g);
+}
+
+}  // namespace scalar
+
+namespace {
+
+constexpr IsaTable<GemmF32Fn> kGemmF32{scalar::gemm_f32, avx2::gemm_f32, avx512::gemm_f32, nullptr};
+constexpr IsaTable<GemmF64Fn> kGemmF64{scalar::gemm_f64, avx2::gemm_f64, avx512::gemm_f64, nullptr};
+
+template <typename T>
+const T* at(const void* base, int64_t offset) {
+  return static_cast<const T*>(base) + offset;
+}
+
+// C = beta C for one matrix (k == 0); beta == 0 writes zeros without reading C.
+template <typename T>
+void scale_c(T* c, int64_t m, int64_t n, int64_t ldc, double beta) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      T& v = c[i * ldc + j];
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        v = beta == 0.0 ? T(0) : static_cast<T>(beta) * v;
+      } else {
+        v = T(beta == 0.0 ? 0.0f : static_cast<float>(beta) * static_cast<float>(v));
+      }
+    }
+  }
+}
+
+// Widens a stored rows x cols matrix with leading dimension ld to a dense f32 one.
+template <typename T>
+void widen(const T* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = static_cast<float>(src[r * ld + c]);
+  }
+}
+
+// acc (m x n, dense f32, alpha not applied) into C: C = alpha acc + beta C, rounded once.
+template <typename C>
+void epilogue(const float* acc, int64_t m, int64_t n, double alpha, double beta, C* c,
+              int64_t ldc) {
+  using Wide = std::conditional_t<std::is_same_v<C, double>, double, float>;
+  const Wide a = static_cast<Wide>(alpha);
+  const Wide b = static_cast<Wide>(beta);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      C& out = c[i * ldc + j];
+      const Wide v = a * static_cast<Wide>(acc[i * n + j]);
+      out = C(beta == 0.0 ? v : v + b * static_cast<Wide>(static_cast<float>(out)));
+    }
+  }
+}
+
+template <typename T>
+void gemm_native(const GemmArgs& g) {
+  const auto fn = [] {
+    if constexpr (std::is_same_v<T, float>)
+      return kGemmF32.get();
+    else
+      return kGemmF64.get();
+  }();
+  for (int64_t i = 0; i < g.batch; ++i) {
+    const GemmCore<T> core{g.trans_a == Trans::kYes,
+                           g.trans_b == Trans::kYes,
+                           g.m,
+                           g.n,
+                           g.k,
+                           static_cast<T>(g.alpha),
+                           static_cast<T>(g.beta),
+                           at<T>(g.a, i * g.stride_a),
+                           g.lda,
+                           at<T>(g.b, i * g.stride_b),
+                           g.ldb,
+                           static_cast<T*>(g.c) + i * g.stride_c,
+                           g.ldc};
+    fn(core);
+  }
+}
+
+template <typename In, typename C>
+void gemm_widened(const GemmArgs& g) {
+  const bool ta = g.trans_a == Trans::kYes, tb = g.trans_b == Trans::kYes;
+  const int64_t a_rows = ta ? g.k : g.m, a_cols = ta ? g.m : g.k;
+  const int64_t b_rows = tb ? g.n : g.k, b_cols = tb ? g.k : g.n;
+  std::vector<float> a(static_cast<size_t>(a_rows * a_cols)),
+      b(static_cast<size_t>(b_rows * b_cols));
+  std::vector<float> acc(std::is_same_v<C, float> ? 0 : static_cast<size_t>(g.m * g.n));
+  const GemmF32Fn fn = kGemmF32.get();
+  for (int64_t i = 0; i < g.batch; ++i) {
+    widen(at<In>(g.a, i * g.stride_a), a_rows, a_cols, g.lda, a.data());
+    widen(at<In>(g.b, i * g.stride_b), b_rows, b_cols, g.ldb, b.data());
+    C* c = static_cast<C*>(g.c) + i * g.stride_c;
+    if constexpr (std::is_same_v<C, float>) {
+      fn({ta, tb, g.m, g.n, g.k, static_cast<float>(g.alpha), static_cast<float>(g.beta), a.data(),
+          a_cols, b.data(), b_cols, c, g.ldc});
+    } else {
+      fn({ta, tb, g.m, g.n, g.k, 1.0f, 0.0f, a.data(), a_cols, b.data(), b_cols, acc.data(), g.n});
+      epilogue(acc.data(), g.m, g.n, g.alpha, g.beta, c, g.ldc);
+    }
+  }
+}
+
+template <typename In>
+void gemm_reduced(const GemmArgs& g) {
+  switch (g.c_dtype) {
+    case DType::kF32:
+      return gemm_widened<In, float>(g);
+    case DType::kF64:
+      return gemm_widened<In, double>(g);
+    default:
+      return gemm_widened<In, In>(g);
+  }
+}
+
+template <typename T>
+void scale_batch(const GemmArgs& g) {
+  for (int64_t i = 0; i < g.batch; ++i) {
+    scale_c(static_cast<T*>(g.c) + i * g.stride_c, g.m, g.n, g.ldc, g.beta);
+  }
+}
+
+void scale_only(const GemmArgs& g) {
+  switch (g.c_dtype) {
+    case DType::kF64:
+      return scale_batch<double>(g);
+    case DType::kF32:
+      return scale_batch<float>(g);
+    case DType::kF16:
+      return scale_batch<half>(g);
+    case DType::kBF16:
+      return scale_batch<bfloat16>(g);
+    default:
+      return;
+  }
+}
+
+void check_args(const GemmArgs& g) {
+  const DType ab = g.ab_dtype, c = g.c_dtype;
+  BRAID_CHECK(ab == DType::kF32 || ab == DType::kF64 || ab == DType::kF16 || ab == DType::kBF16,
+              kNotSupported, "gemm: ab_dtype ", ab,
+              " is not supported; expected f32, f64, f16 or bf16");
+  const bool reduced = ab == DType::kF16 || ab == DType::kBF16;
+  BRAID_CHECK(
+      c == ab || (reduced && (c == DType::kF32 || c == DType::kF64)), kNotSupported,
+      "gemm: c_dtype ", c, " with ab_dtype ", ab,
+      " is not supported; expected c_dtype == ab_dtype, or f32 / f64 for f16 / bf16 inputs");
+  BRAID_CHECK(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, kInvalidArgument, "gemm: sizes m ",
+              g.m, ", n ", g.n, ", k ", g.k, ", batch ", g.batch, " must not be negative");
+  const bool ta = g.trans_a == Trans::kYes, tb = g.trans_b == Trans::kYes;
+  const int64_t a_cols = ta ? g.m : g.k, b_cols = tb ? g.k : g.n;
+  BRAID_CHECK(g.lda >= a_cols, kInvalidArgument, "gemm: lda ", g.lda, " is less than ", a_cols,
+              ", the row length of the stored A", ta ? " (transposed: m)" : " (k)");
+  BRAID_CHECK(g.ldb >= b_cols, kInvalidArgument, "gemm: ldb ", g.ldb, " is less than ", b_cols,
+              ", the row length of the stored B", tb ? " (transposed: k)" : " (n)");
+  BRAID_CHECK(g.ldc >= g.n, kInvalidArgument, "gemm: ldc ", g.ldc, " is less than n ", g.n);
+  BRAID_CHECK(g.stride_a >= 0 && g.stride_b >= 0 && g.stride_c >= 0, kInvalidArgument,
+              "gemm: batch strides (a ", g.stride_a, ", b ", g.stride_b, ", c ", g.stride_c,
+              ") must not be negative");
+  const int64_t c_span = g.m > 0 && g.n > 0 ? (g.m - 1) * g.ldc + g.n : 0;
+  BRAID_CHECK(g.batch <= 1 || g.stride_c >= c_span, kInvalidArgument, "gemm: stride_c ", g.stride_c,
+              " makes the ", g.batch, " C matrices overlap; expected at least ", c_span);
+  const bool empty_c = g.m == 0 || g.n == 0 || g.batch == 0;
+  BRAID_CHECK(empty_c || g.c != nullptr, kInvalidArgument, "gemm: C is null for a ", g.m, " x ",
+              g.n, " result");
+  BRAID_CHECK(empty_c || g.k == 0 || (g.a != nullptr && g.b != nullptr), kInvalidArgument,
+              "gemm: null input (A ", g.a, ", B ", g.b, ") with k ", g.k);
+}
+
+}  // namespace
+
+void gemm(const GemmArgs& g) {
+  check_args(g);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  if (g.k == 0) return scale_only(g);
+  switch (g.ab_dtype) {
+    case DType::kF32:
+      return gemm_native<float>(g);
+    case DType::kF64:
+      return gemm_native<double>(g);
+    case DType::kF16:
+      return gemm_reduced<half>(g);
+    case DType::kBF16:
+      return gemm_reduced<bfloat16>(g);
+    default:
+      return;
+  }
+}
+
+}  // namespace braid::kernels::cpu

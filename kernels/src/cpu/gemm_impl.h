@@ -1,0 +1,44 @@
+// Internal interface between gemm() (gemm.cc: checks, batching, f16 / bf16 widening) and the
+// per-ISA single-matrix GEMM cores: scalar:: (the reference triple loop in gemm.cc), avx2::
+// and avx512:: (Eigen, gemm_eigen.h). See docs/reductions-and-gemm.md, "GEMM".
+#pragma once
+
+#include <cstdint>
+
+namespace braid::kernels::cpu {
+
+// One row-major C = alpha op(A) op(B) + beta C. A is stored (trans_a ? k x m : m x k) with
+// leading dimension lda; B is (trans_b ? n x k : k x n) with ldb. beta == 0 never reads C.
+// m, n, k > 0 (gemm.cc handles the empty cases).
+template <typename T>
+struct GemmCore {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  T alpha, beta;
+  const T* a;
+  int64_t lda;
+  const T* b;
+  int64_t ldb;
+  T* c;
+  int64_t ldc;
+};
+
+using GemmF32Fn = void (*)(const GemmCore<float>&);
+using GemmF64Fn = void (*)(const GemmCore<double>&);
+
+namespace scalar {
+void gemm_f32(const GemmCore<float>& g);
+void gemm_f64(const GemmCore<double>& g);
+}  // namespace scalar
+namespace avx2 {
+void gemm_f32(const GemmCore<float>& g);
+void gemm_f64(const GemmCore<double>& g);
+}  // namespace avx2
+namespace avx512 {
+void gemm_f32(const GemmCore<float>& g);
+void gemm_f64(const GemmCore<double>& g);
+// The packed micro-kernel GEMM (gemm_packed_avx512.cc) that gemm_f32 uses for large sizes.
+void sgemm_packed(const GemmCore<float>& g);
+}  // namespace avx512
+
+}  // namespace braid::kernels::cpu

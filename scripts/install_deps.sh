@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs everything braid's build, tests and scripts need on Debian 12, as root, without
+# prompts. Idempotent: only missing packages are installed, and `apt-get update` runs only
+# when something is missing. Safe to run before every build (scripts/quickstart.sh and
+# scripts/test.sh do).
+#
+# Add packages to the lists below; keep one concern per line so a diff says why.
+set -euo pipefail
+
+# Debian packages.
+APT_PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ccache  # toolchain (ccache: faster CI reruns)
+  clang-format                                             # scripts/format.sh
+  libgtest-dev libgmock-dev libbenchmark-dev               # tests and bench/
+  libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev         # kernels GEMM, JSON and YAML
+  libcli11-dev                                             # apps/: the braid CLI
+  libopenblas-dev                                          # a BLAS peer for bench/
+  python3 python3-pip python3-numpy python3-torch          # golden and interop tests
+)
+
+# Python packages for the python3 on PATH. When that interpreter is Debian's own
+# (externally managed), numpy comes from python3-numpy above so python3-torch keeps the
+# numpy it was built against.
+PIP_PACKAGES=(numpy safetensors ml_dtypes)
+# Extra Python packages for Debian's /usr/bin/python3 (the one with python3-torch) when the
+# python3 on PATH is a different interpreter (pyenv, venv).
+SYSTEM_PYTHON_PIP_PACKAGES=(safetensors)
+
+start=$(date +%s)
+log() { echo "[install_deps] $*"; }
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "[install_deps] must run as root (apt-get install)" >&2
+  exit 1
+fi
+
+# --- Debian packages -----------------------------------------------------------------
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]})); then
+  log "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  log "apt: all ${#APT_PACKAGES[@]} packages present"
+fi
+
+# --- Python packages -----------------------------------------------------------------
+# import name for a pip package name
+import_name() {
+  case "$1" in
+    ml_dtypes) echo ml_dtypes ;;
+    *) echo "${1//-/_}" ;;
+  esac
+}
+
+# pip_install <python> <package>...: installs the packages that do not import yet.
+pip_install() {
+  local py=$1
+  shift
+  local todo=()
+  for p in "$@"; do
+    "$py" -c "import $(import_name "$p")" 2>/dev/null || todo+=("$p")
+  done
+  if ((${#todo[@]} == 0)); then
+    log "pip ($py): all of $* present"
+    return
+  fi
+  local flags=(--quiet --disable-pip-version-check --root-user-action=ignore)
+  local managed
+  managed=$("$py" -c 'import os, sysconfig; print(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))')
+  if [[ $managed == True ]]; then
+    # Debian's interpreter: pip refuses without this flag (PEP 668). Keep Debian's numpy 1.x,
+    # which python3-torch is built against.
+    if "$py" -m pip install --help | grep -q -- --break-system-packages; then
+      flags+=(--break-system-packages)
+    fi
+    todo+=("numpy<2")
+  fi
+  log "pip ($py): installing ${todo[*]}"
+  "$py" -m pip install "${flags[@]}" "${todo[@]}"
+}
+
+path_python=$(command -v python3)
+pip_install "$path_python" "${PIP_PACKAGES[@]}"
+if [[ -x /usr/bin/python3 ]] &&
+  [[ $(readlink -f /usr/bin/python3) != $("$path_python" -c 'import sys, os; print(os.path.realpath(sys.executable))') ]]; then
+  pip_install /usr/bin/python3 "${SYSTEM_PYTHON_PIP_PACKAGES[@]}"
+fi
+
+log "done in $(($(date +%s) - start)) s"

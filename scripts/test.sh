@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Everything CI checks (.ci/run runs exactly this), on Debian 12 as root:
+#   1. installs the dependencies (scripts/install_deps.sh)
+#   2. fails on unformatted C++ (scripts/format.sh --check)
+#   3. builds build/ (Release, with benchmarks) and runs the whole ctest suite
+#   4. builds build-asan/ with -DBRAID_SANITIZE=address,undefined and runs the suite again
+# Tests labelled "gpu" run only where a GPU is present. Prints each step's time.
+#   BRAID_TEST_TIMEOUT  per-test timeout in seconds (default 600)
+#   BRAID_SKIP_ASAN=1   skip step 4 (for a quick local run; CI never sets it)
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
+cd "$BRAID_ROOT"
+
+timeout=${BRAID_TEST_TIMEOUT:-600}
+ctest_args=(--output-on-failure --timeout "$timeout" -j "$BRAID_JOBS")
+if braid_have_gpu; then
+  echo "GPU found: tests labelled 'gpu' run"
+  gpu_filter=()
+else
+  echo "no GPU: tests labelled 'gpu' are left out"
+  gpu_filter=(-LE gpu)
+fi
+
+step "install dependencies" bash scripts/install_deps.sh
+step "format check" bash scripts/format.sh --check
+
+step "configure build/ (Release)" braid_configure build -DCMAKE_BUILD_TYPE=Release \
+  -DBRAID_BUILD_TESTS=ON -DBRAID_BUILD_BENCH=ON -DBRAID_BUILD_EXAMPLES=ON -DBRAID_SANITIZE=
+step "build build/" braid_build build
+step "ctest build/" ctest --test-dir build "${ctest_args[@]}" "${gpu_filter[@]}"
+
+if [[ ${BRAID_SKIP_ASAN:-0} != 1 ]]; then
+  # -O1: sanitized tests run several times faster than at -O0 and still report exact lines.
+  # GPU components off: nvcc does not take -fsanitize, and sanitizers cover host code.
+  step "configure build-asan/ (address,undefined)" braid_configure build-asan \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DCMAKE_C_FLAGS_DEBUG="-O1 -g" \
+    -DBRAID_SANITIZE=address,undefined -DBRAID_BUILD_TESTS=ON -DBRAID_BUILD_BENCH=OFF \
+    -DBRAID_WITH_CUDA=OFF -DBRAID_WITH_HIP=OFF -DBRAID_WITH_NCCL=OFF
+  step "build build-asan/" braid_build build-asan
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  step "ctest build-asan/" ctest --test-dir build-asan "${ctest_args[@]}" -LE gpu
+fi
+
+step_summary
+echo "test.sh: all steps passed"

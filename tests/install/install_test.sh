@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs a braid build into a fresh prefix and proves the installed package is usable:
+#   1. the expected files are there (libraries, headers with the generated config.h, the
+#      CMake package, braid.pc, the braid CLI);
+#   2. consumer/ configures with find_package(braid), builds and runs;
+#   3. the same consumer/main.cc compiles and runs with `pkg-config --cflags --libs braid`.
+# Usage: install_test.sh BUILD_DIR CONSUMER_DIR WORK_DIR   (ctest: tests/install)
+# Environment: CXX (compiler), BRAID_CMAKE (cmake), BRAID_SANITIZE (as the build used).
+set -euo pipefail
+build=$1 consumer=$2 work=$3
+cmake=${BRAID_CMAKE:-cmake}
+cxx=${CXX:-c++}
+prefix=$work/prefix
+
+san_flags=()
+if [[ -n ${BRAID_SANITIZE:-} ]]; then
+  san_flags=(-fsanitize="$BRAID_SANITIZE" -fno-omit-frame-pointer)
+fi
+
+rm -rf "$work"
+mkdir -p "$work"
+
+echo "== install $build into $prefix"
+"$cmake" --install "$build" --prefix "$prefix" >"$work/install.log"
+
+echo "== installed files"
+libdir=$(dirname "$(find "$prefix" -name braid.pc -path '*/pkgconfig/*' | head -1)")/..
+libdir=$(cd "$libdir" && pwd)
+for f in include/braid/core/config.h include/braid/core/error.h include/braid/tensor/tensor.h \
+  include/braid/kernels/cpu.h bin/braid; do
+  [[ -e $prefix/$f ]] || { echo "missing: $prefix/$f" >&2; exit 1; }
+done
+for f in libbraid_core libbraid_kernels libbraid_tensor; do
+  compgen -G "$libdir/$f.*" >/dev/null || { echo "missing: $libdir/$f.{a,so}" >&2; exit 1; }
+done
+for f in cmake/braid/braidConfig.cmake cmake/braid/braidConfigVersion.cmake \
+  cmake/braid/braidTargets.cmake pkgconfig/braid.pc; do
+  [[ -e $libdir/$f ]] || { echo "missing: $libdir/$f" >&2; exit 1; }
+done
+echo "ok: headers, config.h, libraries, CMake package, braid.pc, bin/braid"
+"$prefix/bin/braid" version
+
+echo "== consumer through find_package(braid)"
+"$cmake" -S "$consumer" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_FLAGS="${san_flags[*]}" -DCMAKE_EXE_LINKER_FLAGS="${san_flags[*]}" >"$work/configure.log" ||
+  { cat "$work/configure.log"; exit 1; }
+"$cmake" --build "$work/cmake-build" -j2
+"$work/cmake-build/consumer"
+
+echo "== consumer through pkg-config"
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+flags=$(pkg-config --cflags --libs braid)
+echo "pkg-config --cflags --libs braid: $flags"
+# shellcheck disable=SC2086 # the flags are words
+"$cxx" "${san_flags[@]}" -DEXPECTED_BRAID_VERSION="\"$(pkg-config --modversion braid)\"" \
+  "$consumer/main.cc" $flags -o "$work/consumer-pkgconfig"
+"$work/consumer-pkgconfig"
+echo "install test: all passed"
