@@ -3,7 +3,7 @@
 #   bytes/s rows (name/n)  ÷ memcpy/n          (memcpy of n f32, counted as read + write)
 #   FLOP/s rows (name/N)   ÷ sgemm_openblas/N  (one thread, OPENBLAS_CORETYPE=SkylakeX)
 # Usage: bench/run_kernels.sh [build dir] [extra Google Benchmark flags...]
-#   e.g. bench/run_kernels.sh build --benchmark_filter='sgemm|memcpy'
+#   e.g. bench/run_kernels.sh build --benchmark_filter='sgemm|memcpy' --benchmark_repetitions=3
 set -euo pipefail
 build=${1:-build}
 shift || true
@@ -21,7 +21,14 @@ data = json.load(open(sys.argv[1]))
 ctx = data["context"]
 print(f"# {ctx.get('cpu', '?')}, braid ISA {ctx.get('braid_isa', '?')}, "
       f"OpenBLAS core {ctx.get('openblas_core', 'none')}, {ctx['num_cpus']} CPUs")
-rows = {b["name"]: b for b in data["benchmarks"] if b.get("run_type", "iteration") == "iteration"}
+# With --benchmark_repetitions, use each benchmark's median; otherwise its single run.
+rows = {}
+for b in data["benchmarks"]:
+    if b.get("run_type", "iteration") == "iteration":
+        rows.setdefault(b.get("run_name", b["name"]), b)
+for b in data["benchmarks"]:
+    if b.get("aggregate_name") == "median":
+        rows[b["run_name"]] = b
 def figure(b):
     if "FLOPS" in b: return b["FLOPS"], "GFLOP/s"
     return b.get("bytes_per_second"), "GB/s"

@@ -262,6 +262,20 @@ TEST(Gemm, BetaZeroIgnoresNaNAndKZeroScales) {
   }
 }
 
+// f16 / bf16 inputs with an f64 C: beta C is computed in f64 (1 + 2^-40 is not an f32).
+TEST(Gemm, F64OutputOfReducedInputsKeepsBetaCInF64) {
+  const half a[2] = {half(1.0f), half(2.0f)}, b[2] = {half(3.0f), half(0.5f)};
+  for (CpuIsa isa : testing::supported_isas()) {
+    ScopedCpuIsa scope(isa);
+    double c = 1.0 + 0x1p-40;
+    GemmArgs g;
+    g.m = 1, g.n = 1, g.k = 2, g.a = a, g.lda = 2, g.b = b, g.ldb = 1, g.c = &c, g.ldc = 1;
+    g.ab_dtype = DType::kF16, g.c_dtype = DType::kF64, g.alpha = 0.5, g.beta = 1.0;
+    gemm(g);  // 0.5 * (1 * 3 + 2 * 0.5) + (1 + 2^-40)
+    EXPECT_EQ(c, 3.0 + 0x1p-40) << cpu_isa_name(isa);
+  }
+}
+
 TEST(Gemm, BatchWithBroadcastA) {
   // stride_a = 0: every batch item multiplies the same A.
   Problem p = make_problem(Trans::kNo, Trans::kNo, 5, 4, 3, 1, 3, 1.0, 0.0, 9);

@@ -1,6 +1,7 @@
 // gemm(): argument checks, batching, the scalar reference core, and the f16 / bf16 path
 // (inputs widened to f32, multiplied by the dispatched f32 core, rounded once into C).
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "braid/core/error.h"
@@ -46,6 +47,10 @@ void gemm_f64(const GemmCore<double>& g) {
 
 }  // namespace scalar
 
+void throw_gemm_out_of_memory(int64_t n) {
+  BRAID_FAIL(kOutOfMemory, "gemm: allocating a packing buffer of ", n, " floats failed");
+}
+
 namespace {
 
 constexpr IsaTable<GemmF32Fn> kGemmF32{scalar::gemm_f32, avx2::gemm_f32, avx512::gemm_f32, nullptr};
@@ -90,7 +95,13 @@ void epilogue(const float* acc, int64_t m, int64_t n, double alpha, double beta,
     for (int64_t j = 0; j < n; ++j) {
       C& out = c[i * ldc + j];
       const Wide v = a * static_cast<Wide>(acc[i * n + j]);
-      out = C(beta == 0.0 ? v : v + b * static_cast<Wide>(static_cast<float>(out)));
+      if (beta == 0.0) {
+        out = C(v);
+      } else if constexpr (std::is_same_v<C, double>) {
+        out = v + b * out;  // an f64 C is read at full precision
+      } else {
+        out = C(v + b * static_cast<float>(out));
+      }
     }
   }
 }

@@ -24,6 +24,10 @@ struct GemmCore {
 };
 
 using GemmF32Fn = void (*)(const GemmCore<float>&);
+// Throws kOutOfMemory for a packing buffer of n floats. Defined in gemm.cc so that the ISA
+// files instantiate none of error.h's templates (their copies would carry AVX-512 code under
+// names that baseline files share; see Note [Eigen namespace per ISA]).
+[[noreturn]] void throw_gemm_out_of_memory(int64_t n);
 using GemmF64Fn = void (*)(const GemmCore<double>&);
 
 namespace scalar {

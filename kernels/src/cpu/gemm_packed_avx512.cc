@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "braid/core/error.h"
 #include "gemm_impl.h"
 
 namespace braid::kernels::cpu::avx512 {
@@ -35,7 +34,7 @@ class Scratch {
       std::free(p_);
       cap_ = 0;
       p_ = static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64)));
-      BRAID_CHECK(p_ != nullptr, kOutOfMemory, "gemm: packing buffer of ", n, " floats");
+      if (p_ == nullptr) throw_gemm_out_of_memory(n);
       cap_ = n;
     }
     return p_;

@@ -1,9 +1,8 @@
 // reduce(): argument checks, the scalar reference of Note [Reduction lanes] (reduce_impl.h),
 // integer reductions, and the finalisation (mean, sqrt, rounding to out_dtype) shared by every
 // SIMD path. The SIMD paths produce raw accumulators only, so finalisation is one code path.
+#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <vector>
 
 #include "braid/core/error.h"

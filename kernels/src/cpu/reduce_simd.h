@@ -212,8 +212,15 @@ void softmax_row_simd(const float* x, float* out, int64_t len, bool log) {
   float block[W];
   if (rest > 0) pad_block<AccOp::kMax>(x + full, rest, block);
 
-  V vmax = Ops::set1(-INFINITY);
-  for (int64_t k = 0; k < full; k += W) vmax = Ops::max_nan(vmax, Ops::load(x + k));
+  // Four independent maxima: one would wait on the compare-blend latency every vector.
+  V mx[4] = {Ops::set1(-INFINITY), Ops::set1(-INFINITY), Ops::set1(-INFINITY),
+             Ops::set1(-INFINITY)};
+  int64_t k0 = 0;
+  for (; k0 + 4 * W <= full; k0 += 4 * W) {
+    for (int u = 0; u < 4; ++u) mx[u] = Ops::max_nan(mx[u], Ops::load(x + k0 + u * W));
+  }
+  V vmax = Ops::max_nan(Ops::max_nan(mx[0], mx[1]), Ops::max_nan(mx[2], mx[3]));
+  for (int64_t k = k0; k < full; k += W) vmax = Ops::max_nan(vmax, Ops::load(x + k));
   if (rest > 0) vmax = Ops::max_nan(vmax, Ops::load(block));
   float lanes[W];
   Ops::store(lanes, vmax);

@@ -1,7 +1,6 @@
 // softmax(): argument checks, the scalar reference row (std::exp, same three passes as the
 // SIMD rows in reduce_simd.h), the f64 path (scalar at every level), and the f16 / bf16
 // widening to an f32 row buffer and rounding back.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 

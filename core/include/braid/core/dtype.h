@@ -13,6 +13,7 @@
 
 namespace braid {
 
+// clang-format off
 // The dtype table, the one X-macro list braid keeps (STYLE.md):
 //   X(enumerator, short name, safetensors name, C++ type, size, is_float)
 #define BRAID_FOR_EACH_DTYPE(X)                                    \
@@ -28,6 +29,7 @@ namespace braid {
   X(kI8, "i8", "I8", int8_t, 1, false)                             \
   X(kU8, "u8", "U8", uint8_t, 1, false)                            \
   X(kBool, "bool", "BOOL", bool, 1, false)
+// clang-format on
 
 enum class DType : uint8_t {
 #define BRAID_DTYPE_ENUM(e, n, st, T, sz, fl) e,

@@ -37,8 +37,8 @@ void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t 
 void copy_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape,
                   const int64_t* src_strides, void* dst);
 // Scatters contiguous src into a strided n-d destination (the inverse of copy_strided).
-void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape,
-                     void* dst, const int64_t* dst_strides);
+void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t* shape, void* dst,
+                     const int64_t* dst_strides);
 
 // dst[i] = value (converted to dtype as cast() would), n elements.
 void fill(void* dst, DType dtype, int64_t n, double value);
@@ -65,8 +65,18 @@ void axpby(DType dtype, int64_t n, double alpha, const void* x, double beta, con
 void scale(DType dtype, int64_t n, double alpha, const void* x, void* out);
 
 enum class UnaryOp : uint8_t {
-  kExp, kLog, kTanh, kSigmoid, kRelu, kGelu /* exact, erf */, kGeluTanh, kSilu, kSqrt, kRsqrt,
-  kNeg, kAbs
+  kExp,
+  kLog,
+  kTanh,
+  kSigmoid,
+  kRelu,
+  kGelu /* exact, erf */,
+  kGeluTanh,
+  kSilu,
+  kSqrt,
+  kRsqrt,
+  kNeg,
+  kAbs
 };
 // out[i] = op(x[i]), contiguous; out may alias x. Float dtypes only. The scalar level computes
 // in double with <cmath> and rounds once; the SIMD levels (f32, f16, bf16) use polynomial
