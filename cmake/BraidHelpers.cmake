@@ -45,5 +45,11 @@ function(braid_add_test name)
   target_compile_definitions(${name} PRIVATE
     BRAID_SOURCE_DIR="${PROJECT_SOURCE_DIR}" BRAID_BINARY_DIR="${PROJECT_BINARY_DIR}")
   set(labels unit ${ARG_LABELS})
-  gtest_discover_tests(${name} PROPERTIES LABELS "${labels}" DISCOVERY_TIMEOUT 60)
+  # gtest_discover_tests flattens a list in PROPERTIES, so "unit;comm" would lose "comm".
+  # Instead, a file ctest includes after discovery labels every test the binary listed.
+  gtest_discover_tests(${name} TEST_LIST ${name}_TESTS DISCOVERY_TIMEOUT 60)
+  set(label_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
+  file(WRITE ${label_file}
+    "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${labels}\")\nendif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${label_file})
 endfunction()

@@ -1,6 +1,7 @@
 // Entry point of the `braid` command-line tool: builds the CLI11 app from the subcommands in
 // commands.h, parses, and maps failures to exit statuses:
-//   0 success, 1 a braid::Error from a command, 2 a usage error (unknown command or option).
+//   0 success, 1 a braid::Error from a command, 2 a usage error (unknown command or option),
+//   or the status a command chose (CommandExit: braid launch's ranks).
 #include <exception>
 #include <iostream>
 #include <string>
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"braid: a C++ runtime for distributed deep-learning training", "braid"};
   app.require_subcommand(1);
   braid::cli::add_env_command(app);
+  braid::cli::add_launch_command(app);
   braid::cli::add_version_command(app);
 
   if (is_unknown_command(app, argc, argv)) {
@@ -48,6 +50,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kExitUsage;
+  } catch (const braid::cli::CommandExit& e) {
+    return e.code;
   } catch (const braid::Error& e) {
     std::cerr << "braid: error: " << e.what() << '\n';
     return kExitError;

@@ -1,0 +1,252 @@
+// ProcessGroup: creation (world group and subgroups) and the one path every collective takes
+// (Impl::submit): capabilities, sequence number, signature, timeout, debug-mode cross-rank
+// check, backend.run, and the wait for blocking calls. docs/comm.md describes each step.
+#include "braid/comm/process_group.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "braid/comm/rank_info.h"
+#include "braid/comm/work.h"
+#include "braid/core/environment.h"
+#include "braid/core/error.h"
+#include "braid/core/logging.h"
+#include "process_group_impl.h"
+
+namespace braid {
+namespace {
+
+constexpr uint64_t kFnvOffset = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * kFnvPrime;
+  return h;
+}
+
+template <typename T>
+uint64_t fnv1a(uint64_t h, const T& value) {
+  return fnv1a(h, &value, sizeof(value));
+}
+
+bool is_reducing(CollectiveKind k) {
+  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kReduceScatter;
+}
+
+bool is_rooted(CollectiveKind k) {
+  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
+}
+
+template <typename T>
+bool contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+std::string job_id_from_env() {
+  auto token = get_env_string("BRAID_STORE_TOKEN");
+  if (!token || token->empty()) return "local";
+  return token->substr(0, 12);
+}
+
+std::shared_ptr<Store> group_store(const std::shared_ptr<Store>& root, const std::string& id) {
+  return std::make_shared<PrefixStore>("braid/pg/" + id, root);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Impl
+
+void ProcessGroup::Impl::make_backend() {
+  BackendContext ctx;
+  ctx.store = std::make_shared<PrefixStore>("backend", store);
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.global_ranks = global_ranks;
+  ctx.job_id = job_id_from_env();
+  ctx.timeout = timeout;
+  backend = create_backend(backend_name, ctx);
+}
+
+std::string ProcessGroup::Impl::describe() const {
+  return "group " + id + " (world ranks " + int_list_str(global_ranks) + ")";
+}
+
+std::string ProcessGroup::Impl::rank_name(int group_rank) const {
+  return "rank " + std::to_string(group_rank) + " (world rank " +
+         std::to_string(global_ranks.at(group_rank)) + ")";
+}
+
+void ProcessGroup::Impl::require_member(std::string_view what) const {
+  BRAID_CHECK(member(), kInvalidArgument, what, ": world rank ", world_rank, " is not a member of ",
+              describe(), "; new_group() gave it a placeholder on which collectives cannot run");
+}
+
+void ProcessGroup::Impl::check_capabilities(const CollectiveDesc& desc) const {
+  const BackendCapabilities& caps = backend->capabilities();
+  const auto name = collective_name(desc.kind);
+  BRAID_CHECK(contains(caps.collectives, desc.kind), kNotSupported, "backend '", backend_name,
+              "' does not implement ", name);
+  if (desc.kind == CollectiveKind::kSend || desc.kind == CollectiveKind::kRecv) {
+    BRAID_CHECK(caps.point_to_point, kNotSupported, "backend '", backend_name,
+                "' does not implement point-to-point ", name);
+  }
+  if (desc.kind == CollectiveKind::kBarrier) return;  // no buffers
+  BRAID_CHECK(contains(caps.devices, desc.device.type), kNotSupported, name, ": backend '",
+              backend_name, "' cannot use memory on device ", desc.device.str());
+  if (!contains(caps.dtypes, desc.dtype)) {
+    std::ostringstream supported;
+    for (size_t i = 0; i < caps.dtypes.size(); ++i) {
+      supported << (i ? ", " : "") << dtype_name(caps.dtypes[i]);
+    }
+    BRAID_FAIL(kNotSupported, name, ": backend '", backend_name, "' does not support dtype ",
+               dtype_name(desc.dtype), "; supported: ", supported.str());
+  }
+}
+
+std::chrono::milliseconds ProcessGroup::Impl::resolve_timeout(const CallOptions& o) const {
+  if (!o.timeout) return timeout;
+  BRAID_CHECK(o.timeout->count() > 0, kInvalidArgument, "CallOptions.timeout must be > 0 ms, got ",
+              o.timeout->count(), " ms");
+  return *o.timeout;
+}
+
+uint64_t ProcessGroup::Impl::signature(const CollectiveDesc& desc) const {
+  // Fields that differ legitimately between ranks are left out: op for kinds that do not
+  // reduce, root for kinds without one, the peer of send / recv.
+  uint64_t h = fnv1a(kFnvOffset, id.data(), id.size());
+  h = fnv1a(h, static_cast<uint8_t>(desc.kind));
+  h = fnv1a(h, static_cast<uint8_t>(desc.dtype));
+  h = fnv1a(h, desc.count);
+  h = fnv1a(h, static_cast<uint8_t>(is_reducing(desc.kind) ? desc.op : ReduceOp::kSum));
+  h = fnv1a(h, is_rooted(desc.kind) ? desc.root : 0);
+  return h;
+}
+
+std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const CallOptions& o,
+                                                 const CallRecord& rec,
+                                                 std::function<void()> then) {
+  require_member(collective_name(desc.kind));
+  check_capabilities(desc);
+  desc.timeout = resolve_timeout(o);
+  desc.seq = ++seq;
+  desc.signature = signature(desc);
+  debug_check(desc, rec);
+  BRAID_LOG(kTrace) << collective_name(desc.kind) << " #" << desc.seq << " on group " << id << ": "
+                    << rec.text;
+  std::shared_ptr<Work> work = backend->run(desc);
+  BRAID_ASSERT(work != nullptr, "backend '", backend_name, "' returned a null Work for ",
+               collective_name(desc.kind), " #", desc.seq);
+  if (then) work = then_work(std::move(work), std::move(then));
+  if (o.async == AsyncOp::kNo) {
+    // wait(0) waits until the collective's deadline and throws its error; false is a backend
+    // that broke the Work contract, still reported as the timeout it amounts to.
+    BRAID_CHECK(work->wait(), kTimeout, collective_name(desc.kind), " #", desc.seq, " on ",
+                describe(), " did not complete within ", desc.timeout.count(), " ms");
+  }
+  return work;
+}
+
+// ---------------------------------------------------------------- creation
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& options) {
+  auto g = std::make_unique<Impl>();
+  int rank = options.rank, size = options.size;
+  BRAID_CHECK((rank == -1) == (size == -1), kInvalidArgument,
+              "ProcessGroupOptions: set both rank and size, or neither (got rank ", rank, ", size ",
+              size, ")");
+  if (rank == -1) {
+    RankInfo info = detect_rank_info();
+    rank = info.rank;
+    size = info.world_size;
+  }
+  BRAID_CHECK(size >= 1, kInvalidArgument, "ProcessGroupOptions.size must be >= 1, got ", size);
+  BRAID_CHECK(rank >= 0 && rank < size, kInvalidArgument, "ProcessGroupOptions.rank ", rank,
+              " is outside [0, ", size, ")");
+  BRAID_CHECK(!options.backend.empty(), kInvalidArgument,
+              "ProcessGroupOptions.backend is empty; name one of backend_names()");
+  g->id = "0";
+  g->rank = rank;
+  g->size = size;
+  g->world_rank = rank;
+  for (int r = 0; r < size; ++r) g->global_ranks.push_back(r);
+  g->timeout = resolve_group_timeout(options.timeout);
+  g->debug_mode = get_env_bool("BRAID_DEBUG_MODE", false);
+  g->backend_name = options.backend;
+  g->root_store = options.store ? options.store : store_from_env(g->timeout);
+  g->store = group_store(g->root_store, g->id);
+
+  // Every rank must agree on the world before any backend rendezvous starts.
+  const std::string what = "ProcessGroup::create on group 0";
+  std::string hello = "size=" + std::to_string(size) + " backend=" + options.backend;
+  auto values =
+      exchange_values(*g->store, "create", hello, rank, g->global_ranks, g->timeout, what);
+  require_same(values, g->global_ranks, what, "the group");
+  g->make_backend();
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(g)));
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
+                                                      const std::string& backend) {
+  const Impl& parent = *impl_;
+  parent.require_member("new_group");
+  const uint64_t n = ++impl_->children;
+  const std::string child_id = parent.id + "." + std::to_string(n);
+  const std::string backend_name = backend.empty() ? parent.backend_name : backend;
+  const std::string what = "new_group #" + std::to_string(n) + " on " + parent.describe();
+
+  // Agree first and validate after: every rank then sees the same lists and throws the same
+  // error, rather than one rank throwing while the others wait for it.
+  std::string mine = "ranks=" + int_list_str(ranks) + " backend=" + backend_name;
+  auto values = exchange_values(*parent.store, "new_group/" + std::to_string(n), mine, parent.rank,
+                                parent.global_ranks, parent.timeout, what);
+  require_same(values, parent.global_ranks, what, "the arguments");
+  BRAID_CHECK(!ranks.empty(), kInvalidArgument, what, ": the rank list is empty");
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    BRAID_CHECK(ranks[i] >= 0 && ranks[i] < parent.size, kOutOfRange, what, ": rank ", ranks[i],
+                " is outside [0, ", parent.size, ")");
+    BRAID_CHECK(i == 0 || ranks[i] != ranks[i - 1], kInvalidArgument, what, ": rank ", ranks[i],
+                " is listed twice");
+  }
+
+  auto g = std::make_unique<Impl>();
+  g->id = child_id;
+  g->world_rank = parent.world_rank;
+  for (int r : ranks) g->global_ranks.push_back(parent.global_ranks[r]);
+  g->size = static_cast<int>(ranks.size());
+  auto it = std::find(ranks.begin(), ranks.end(), parent.rank);
+  g->rank = it == ranks.end() ? -1 : static_cast<int>(it - ranks.begin());
+  g->timeout = parent.timeout;
+  g->debug_mode = parent.debug_mode;
+  g->backend_name = backend_name;
+  g->root_store = parent.root_store;
+  g->store = group_store(parent.root_store, child_id);
+  if (g->member()) g->make_backend();
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(g)));
+}
+
+int ProcessGroup::rank() const {
+  return impl_->rank;
+}
+int ProcessGroup::size() const {
+  return impl_->size;
+}
+const std::vector<int>& ProcessGroup::global_ranks() const {
+  return impl_->global_ranks;
+}
+std::chrono::milliseconds ProcessGroup::timeout() const {
+  return impl_->timeout;
+}
+
+Backend& ProcessGroup::backend() const {
+  impl_->require_member("ProcessGroup::backend");
+  return *impl_->backend;
+}
+
+}  // namespace braid

@@ -1,0 +1,84 @@
+// Internal to comm/src/process_group*.cc: the state of one ProcessGroup and the helpers its
+// files share. process_group.cc: creation, subgroups, the choke point (submit);
+// process_group_calls.cc: each public collective's checks and descriptor;
+// process_group_exchange.cc: the store exchanges (create / new_group agreement, debug mode).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/comm/process_group.h"
+#include "braid/comm/store.h"
+
+namespace braid {
+
+// What one rank saw of a call, for the debug-mode comparison: only the fields every rank must
+// agree on for that kind ("all_reduce dtype=f32 count=6 op=sum shape=[2, 3]").
+struct CallRecord {
+  std::string text;
+  bool check_across_ranks = true;  // false for send / recv (pairs, not the whole group)
+};
+
+struct ProcessGroup::Impl {
+  std::string id;                     // "0" for the world group, "0.1", "0.1.2" for subgroups
+  int rank = -1;                      // rank in this group; -1 on a non-member placeholder
+  int size = 0;                       // number of members
+  int world_rank = 0;                 // this process in the world group
+  std::vector<int> global_ranks;      // group rank -> world rank
+  std::shared_ptr<Store> root_store;  // the job's store, unprefixed
+  std::shared_ptr<Store> store;       // "braid/pg/<id>/..." for this group's front
+  std::unique_ptr<Backend> backend;
+  std::string backend_name;
+  std::chrono::milliseconds timeout{0};
+  bool debug_mode = false;
+  std::atomic<uint64_t> seq{0};
+  std::atomic<uint64_t> children{0};
+
+  bool member() const { return rank >= 0; }
+  // "group 0 (world ranks [0, 1, 2])"
+  std::string describe() const;
+  // "rank 2 (world rank 5)"
+  std::string rank_name(int group_rank) const;
+  void require_member(std::string_view what) const;
+  // Creates `backend` for a group this rank belongs to (the backend's own rendezvous).
+  void make_backend();
+
+  // The choke point (STYLE.md rule 2): capability checks, sequence number, signature,
+  // timeout, debug-mode cross-rank check, backend.run, and the wait for AsyncOp::kNo.
+  // `then` (optional) runs after the backend's Work succeeded: copies out of staging buffers.
+  std::shared_ptr<Work> submit(CollectiveDesc desc, const CallOptions& o, const CallRecord& rec,
+                               std::function<void()> then = {});
+
+  void check_capabilities(const CollectiveDesc& desc) const;
+  std::chrono::milliseconds resolve_timeout(const CallOptions& o) const;
+  uint64_t signature(const CollectiveDesc& desc) const;
+  // BRAID_DEBUG_MODE: every member publishes `rec` for this call and compares.
+  void debug_check(const CollectiveDesc& desc, const CallRecord& rec) const;
+};
+
+// "[0, 1, 2]"
+std::string int_list_str(const std::vector<int>& values);
+
+// Every member publishes `value` under "<key>/<rank>" in `store` and reads the others'; the
+// values come back in rank order. The last reader deletes the keys. A rank missing at the
+// deadline: kTimeout naming `what` and the missing ranks.
+std::vector<std::string> exchange_values(Store& store, const std::string& key,
+                                         const std::string& value, int rank,
+                                         const std::vector<int>& global_ranks,
+                                         std::chrono::milliseconds timeout,
+                                         const std::string& what);
+
+// Throws kInvalidArgument "<what>: ranks disagree on <topic>" with one line per rank, marking
+// those that differ from rank 0, when the values are not all equal.
+void require_same(const std::vector<std::string>& values, const std::vector<int>& global_ranks,
+                  const std::string& what, const std::string& topic);
+
+// The group timeout: `option`, else BRAID_TIMEOUT (seconds), else 300 s. Throws
+// kInvalidArgument for a value <= 0.
+std::chrono::milliseconds resolve_group_timeout(std::optional<std::chrono::milliseconds> option);
+
+}  // namespace braid

@@ -1,0 +1,329 @@
+// The shm backend's group object: rendezvous on the segment through the store, the waits
+// (spin briefly, then futex slices that check the deadline and the peer's liveness), the step
+// protocol's cross-rank check, error handling, and the options / registration entry points
+// (docs/shm.md).
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "braid/comm/store.h"
+#include "braid/comm/work.h"
+#include "shm_group.h"
+#include "shm_reduce.h"
+
+namespace braid {
+namespace {
+
+constexpr int kSpinIterations = 2000;
+constexpr std::chrono::milliseconds kSlice{50};
+constexpr std::chrono::milliseconds kDefaultTimeout{300000};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+uint64_t env_bytes(const char* name, uint64_t fallback, uint64_t min_value) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  BRAID_CHECK(errno == 0 && end && *end == '\0' && text[0] != '-' && v >= min_value,
+              kInvalidArgument, "environment variable ", name, "='", text,
+              "' is not a byte count (expected a decimal integer >= ", min_value, ")");
+  return v;
+}
+
+std::string safe_name_part(const std::string& text) {
+  std::string out;
+  for (char ch : text.substr(0, 32)) {
+    // The launcher cleans /dev/shm/braid-<job_id>-*: keep the id as is wherever a name allows.
+    const bool ok =
+        std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '-';
+    out += ok ? ch : '_';
+  }
+  return out.empty() ? "local" : out;
+}
+
+std::atomic<uint64_t> g_segment_counter{0};
+
+}  // namespace
+
+bool parse_shm_algo(std::string_view text, ShmAlgo* algo) {
+  if (text == "auto")
+    *algo = ShmAlgo::kAuto;
+  else if (text == "oneshot")
+    *algo = ShmAlgo::kOneShot;
+  else if (text == "rs")
+    *algo = ShmAlgo::kReduceScatter;
+  else
+    return false;
+  return true;
+}
+
+ShmOptions shm_options_from_env() {
+  ShmOptions o;
+  o.slot_bytes = env_bytes("BRAID_SHM_SLOT_BYTES", o.slot_bytes, 4096);
+  o.mailbox_bytes = env_bytes("BRAID_SHM_MAILBOX_BYTES", o.mailbox_bytes, 64);
+  o.oneshot_bytes = env_bytes("BRAID_SHM_ONESHOT_BYTES", o.oneshot_bytes, 0);
+  if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
+    BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
+                "environment variable BRAID_SHM_ALGO='", algo,
+                "' is not an algorithm (expected auto, oneshot or rs)");
+  }
+  return o;
+}
+
+std::unique_ptr<Backend> create_shm_backend(const BackendContext& context,
+                                            const ShmOptions& options) {
+  return std::make_unique<shm::ShmGroup>(context, options);
+}
+
+void register_shm_backend() {
+  register_backend("shm", [](const BackendContext& context) {
+    return create_shm_backend(context, shm_options_from_env());
+  });
+}
+
+namespace shm {
+
+ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
+    : context_(context), me_(context.rank), n_(context.size), watch_(context.size) {
+  BRAID_CHECK(context.store, kInvalidArgument,
+              "shm: BackendContext.store is null (expected the "
+              "group's store)");
+  BRAID_CHECK(n_ >= 1 && me_ >= 0 && me_ < n_, kInvalidArgument, "shm: rank ", me_,
+              " of group size ", n_, " (expected 0 <= rank < size)");
+  BRAID_CHECK(options.slot_bytes % 64 == 0 && options.slot_bytes >= 64 * uint64_t(n_) &&
+                  options.slot_bytes >= 4096,
+              kInvalidArgument, "shm: slot_bytes ", options.slot_bytes,
+              " (expected a multiple of 64, at least 4096 and 64 x group size ", n_, ")");
+  BRAID_CHECK(options.mailbox_bytes >= 64, kInvalidArgument, "shm: mailbox_bytes ",
+              options.mailbox_bytes, " (expected >= 64)");
+  if (context_.global_ranks.size() != static_cast<size_t>(n_)) {
+    context_.global_ranks.resize(n_);
+    for (int r = 0; r < n_; ++r) context_.global_ranks[r] = r;
+  }
+  Store& store = *context.store;
+  // The k-th shm backend this rank creates on this store meets the others' k-th.
+  const int64_t instance = store.add("shm/instances/" + std::to_string(me_), 1);
+  const std::string key = "shm/segment/" + std::to_string(instance);
+  if (me_ == 0) {
+    const std::string name = "/braid-" + safe_name_part(context.job_id) + "-g" +
+                             std::to_string(context_.global_ranks[0]) + "x" + std::to_string(n_) +
+                             "-" + std::to_string(getpid()) + "-" +
+                             std::to_string(g_segment_counter.fetch_add(1));
+    SegmentConfig config{options.slot_bytes, options.mailbox_bytes, options.oneshot_bytes,
+                         static_cast<uint32_t>(options.algo)};
+    seg_ = Segment::create(name, n_, config);
+    store.set(key, name);
+  } else {
+    const auto timeout = context.timeout.count() > 0 ? context.timeout : store.timeout();
+    const std::vector<uint8_t> value = store.get(key, timeout);
+    seg_ = Segment::open(std::string(value.begin(), value.end()), n_);
+  }
+  seg_->control(me_).pid.store(getpid(), std::memory_order_release);
+  seg_->mark_mapped();
+}
+
+ShmGroup::~ShmGroup() = default;
+
+const BackendCapabilities& ShmGroup::capabilities() const {
+  static const BackendCapabilities caps = [] {
+    BackendCapabilities c;
+    c.devices = {DeviceType::kCPU};
+#define BRAID_SHM_DTYPE(e, n, st, T, sz, fl) c.dtypes.push_back(DType::e);
+    BRAID_FOR_EACH_DTYPE(BRAID_SHM_DTYPE)
+#undef BRAID_SHM_DTYPE
+    for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
+      c.collectives.push_back(static_cast<CollectiveKind>(k));
+    }
+    c.point_to_point = true;
+    c.can_allocate_shared = false;
+    return c;
+  }();
+  return caps;
+}
+
+std::shared_ptr<Work> ShmGroup::run(const CollectiveDesc& desc) {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    if (broken_) std::rethrow_exception(broken_);
+    const bool reduction = desc.kind == CollectiveKind::kAllReduce ||
+                           desc.kind == CollectiveKind::kReduce ||
+                           desc.kind == CollectiveKind::kReduceScatter;
+    if (reduction) check_reducible(desc.dtype, desc.op);  // before any step: nothing to undo
+  } catch (...) {
+    return completed_work(std::current_exception());
+  }
+  try {
+    dispatch(desc);
+    return completed_work();
+  } catch (const Error& e) {
+    broken_ = std::current_exception();
+    leave_after_error(e.kind());
+  } catch (...) {
+    broken_ = std::current_exception();
+    leave_after_error(ErrorKind::kInternal);
+  }
+  return completed_work(broken_);
+}
+
+void ShmGroup::dispatch(const CollectiveDesc& desc) {
+  const bool collective = desc.kind != CollectiveKind::kSend && desc.kind != CollectiveKind::kRecv;
+  Call c = begin_call(desc, collective);
+  switch (desc.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+      all_reduce(c);
+      break;
+    case CollectiveKind::kBroadcast:
+      broadcast(c);
+      break;
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kGather:
+      all_gather(c);
+      break;
+    case CollectiveKind::kReduceScatter:
+      reduce_scatter(c);
+      break;
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllV:
+    case CollectiveKind::kScatter:
+      exchange(c);
+      break;
+    case CollectiveKind::kBarrier:
+      barrier(c);
+      break;
+    case CollectiveKind::kSend:
+      send(c);
+      break;
+    case CollectiveKind::kRecv:
+      recv(c);
+      break;
+  }
+}
+
+Call ShmGroup::begin_call(const CollectiveDesc& desc, bool collective) {
+  auto timeout = desc.timeout.count() > 0 ? desc.timeout : context_.timeout;
+  if (timeout.count() <= 0) timeout = kDefaultTimeout;
+  Call c{.desc = desc,
+         .deadline = std::chrono::steady_clock::now() + timeout,
+         .timeout = timeout,
+         .factors = {}};
+  if (collective) c.index = ++calls_;  // p2p calls do not advance the group's collectives
+  return c;
+}
+
+void ShmGroup::leave_after_error(ErrorKind kind) {
+  ControlBlock& mine = seg_->control(me_);
+  mine.aborted.store(1 + static_cast<uint32_t>(kind), std::memory_order_seq_cst);
+  futex_wake_all(mine.epoch);
+  for (int p = 0; p < n_; ++p) {
+    futex_wake_all(seg_->mailbox(me_, p).posted);
+    futex_wake_all(seg_->mailbox(p, me_).taken);
+  }
+}
+
+// ---- waiting -------------------------------------------------------------------------------
+
+void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
+                             std::atomic<uint32_t>& waiters, uint32_t target) {
+  auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
+  for (int i = 0; i < kSpinIterations; ++i) {
+    if (reached(word.load(std::memory_order_acquire))) return;
+    cpu_relax();
+  }
+  while (true) {
+    const uint32_t v = word.load(std::memory_order_acquire);
+    if (reached(v)) return;
+    for (int p = 0; p < n_; ++p) {
+      const uint32_t aborted = seg_->control(p).aborted.load(std::memory_order_acquire);
+      if (p != me_ && aborted != 0) {
+        fail_wait(c, ErrorKind::kPeerLost,
+                  "group rank " + std::to_string(p) + " (world rank " +
+                      std::to_string(context_.global_ranks[p]) + ") left the group after a " +
+                      std::string(to_string(static_cast<ErrorKind>(aborted - 1))) + " error",
+                  {p});
+      }
+    }
+    const int32_t pid = seg_->control(peer).pid.load(std::memory_order_acquire);
+    if (!watch_.alive(peer, pid)) {
+      fail_wait(c, ErrorKind::kPeerLost,
+                "the process of group rank " + std::to_string(peer) + " (pid " +
+                    std::to_string(pid) + ") has exited",
+                {peer});
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= c.deadline) {
+      fail_wait(c, ErrorKind::kTimeout,
+                "timed out after " + std::to_string(c.timeout.count()) + " ms", {peer});
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(c.deadline - now);
+    waiters.fetch_add(1, std::memory_order_seq_cst);
+    if (word.load(std::memory_order_seq_cst) == v) {
+      futex_wait(word, v, std::min(kSlice, left + std::chrono::milliseconds(1)));
+    }
+    waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void ShmGroup::wait_all(Call& c, uint32_t target) {
+  c.target = target;
+  for (int p = 0; p < n_; ++p) {
+    if (p == me_) continue;
+    ControlBlock& cb = seg_->control(p);
+    wait_at_least(c, p, cb.epoch, cb.epoch_waiters, target);
+  }
+}
+
+void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
+                         const std::vector<int>& missing_hint) {
+  std::vector<int> missing = missing_hint;
+  if (c.index != 0) {  // a collective: name every rank that has not arrived
+    missing.clear();
+    const uint32_t target = c.target;
+    for (int p = 0; p < n_; ++p) {
+      const uint32_t e = seg_->control(p).epoch.load(std::memory_order_acquire);
+      if (p != me_ && static_cast<int32_t>(e - target) < 0) missing.push_back(p);
+    }
+    if (missing.empty()) missing = missing_hint;
+  }
+  detail::throw_error(
+      kind,
+      detail::concat("shm: ", describe_call(c), ": ", why, "; waiting for ", ranks_text(missing)),
+      std::source_location::current());
+}
+
+std::string ShmGroup::describe_call(const Call& c) const {
+  std::ostringstream out;
+  out << collective_name(c.desc.kind) << " (seq " << c.desc.seq;
+  if (c.index != 0) out << ", group call #" << c.index;
+  if (c.desc.kind == CollectiveKind::kSend || c.desc.kind == CollectiveKind::kRecv) {
+    out << ", peer " << c.desc.peer << ", tag " << c.desc.tag;
+  }
+  out << ") on group rank " << me_ << " (world rank " << context_.global_ranks[me_] << ")";
+  return out.str();
+}
+
+std::string ShmGroup::ranks_text(const std::vector<int>& ranks) const {
+  std::ostringstream out;
+  out << "group ranks [";
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : "") << ranks[i];
+  out << "] (world ranks [";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out << (i ? ", " : "") << context_.global_ranks[ranks[i]];
+  }
+  out << "])";
+  return out.str();
+}
+
+}  // namespace shm
+}  // namespace braid

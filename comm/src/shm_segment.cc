@@ -1,0 +1,208 @@
+// The shm segment: create / open / unlink of the POSIX shared-memory object, the offsets of
+// its parts, futex wait / wake on its words and the liveness check of peer processes
+// (docs/shm.md, "Segment layout" and "Waiting").
+#include "shm_segment.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "braid/core/error.h"
+
+namespace braid::shm {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t round_up(size_t v, size_t to) {
+  return (v + to - 1) / to * to;
+}
+
+struct Layout {
+  size_t control_off, slot_off, mailbox_off, mailbox_stride, total;
+};
+
+Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes) {
+  Layout l{};
+  const size_t n = static_cast<size_t>(nranks);
+  l.control_off = round_up(sizeof(SegmentHeader), kPage);
+  l.slot_off = round_up(l.control_off + n * sizeof(ControlBlock), kPage);
+  l.mailbox_off = l.slot_off + n * slot_bytes;
+  l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
+  l.total = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
+  return l;
+}
+
+std::string errno_text(int e) {
+  return std::strerror(e);
+}
+
+}  // namespace
+
+Segment::Segment(std::string name, int nranks, uint8_t* base, size_t bytes)
+    : name_(std::move(name)), nranks_(nranks), base_(base), bytes_(bytes) {}
+
+Segment::~Segment() {
+  if (base_) munmap(base_, bytes_);
+}
+
+void Segment::compute_offsets() {
+  const Layout l = layout_for(nranks_, header().slot_bytes, header().mailbox_bytes);
+  control_off_ = l.control_off;
+  slot_off_ = l.slot_off;
+  mailbox_off_ = l.mailbox_off;
+  mailbox_stride_ = l.mailbox_stride;
+}
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
+                                         SegmentConfig config) {
+  const Layout l = layout_for(nranks, config.slot_bytes, config.mailbox_bytes);
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  BRAID_CHECK(fd >= 0, kIo, "shm: shm_open(", name, ", O_CREAT|O_EXCL) failed: ", errno_text(errno),
+              " (expected a fresh name; stale /dev/shm", name, " from a crashed job?)");
+  int err = ftruncate(fd, static_cast<off_t>(l.total)) == 0 ? 0 : errno;
+  // Reserve the pages now: a full /dev/shm must fail here, not with SIGBUS on a later store.
+  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(l.total));
+  void* base =
+      err == 0 ? mmap(nullptr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (err == 0 && base == MAP_FAILED) err = errno;
+  close(fd);
+  if (err != 0) {
+    shm_unlink(name.c_str());
+    if (err == ENOSPC || err == ENOMEM) {
+      BRAID_FAIL(kOutOfMemory, "shm: cannot reserve ", l.total, " bytes for segment ", name,
+                 " in /dev/shm: ", errno_text(err), " (expected room for ", nranks, " slots of ",
+                 config.slot_bytes, " bytes; lower BRAID_SHM_SLOT_BYTES or enlarge /dev/shm)");
+    }
+    BRAID_FAIL(kIo, "shm: sizing / mapping segment ", name, " (", l.total,
+               " bytes) failed: ", errno_text(err));
+  }
+  auto* header = new (base) SegmentHeader();
+  header->nranks = static_cast<uint32_t>(nranks);
+  header->slot_bytes = config.slot_bytes;
+  header->mailbox_bytes = config.mailbox_bytes;
+  header->oneshot_bytes = config.oneshot_bytes;
+  header->algo = config.algo;
+  header->total_bytes = l.total;
+  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total));
+  seg->compute_offsets();
+  for (int r = 0; r < nranks; ++r) {
+    new (&seg->control(r)) ControlBlock();
+    for (int d = 0; d < nranks; ++d) new (&seg->mailbox(r, d)) MailboxHeader();
+  }
+  // Written last: a rank that maps early sees either no magic or a complete header.
+  std::atomic_ref<uint32_t>(header->version).store(kVersion, std::memory_order_relaxed);
+  std::atomic_ref<uint32_t>(header->magic).store(kMagic, std::memory_order_release);
+  return seg;
+}
+
+std::unique_ptr<Segment> Segment::open(const std::string& name, int nranks) {
+  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  BRAID_CHECK(fd >= 0, kIo, "shm: shm_open(", name, ") failed: ", errno_text(errno),
+              " (expected the segment rank 0 published through the store)");
+  struct stat st {};
+  const int stat_rc = fstat(fd, &st);
+  const size_t bytes = stat_rc == 0 ? static_cast<size_t>(st.st_size) : 0;
+  void* base = bytes >= sizeof(SegmentHeader)
+                   ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                   : MAP_FAILED;
+  const int err = errno;
+  close(fd);
+  BRAID_CHECK(base != MAP_FAILED, kIo, "shm: mapping segment ", name, " (", bytes,
+              " bytes) failed: ", errno_text(err));
+  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), bytes));
+  SegmentHeader& h = seg->header();
+  const uint32_t magic = std::atomic_ref<uint32_t>(h.magic).load(std::memory_order_acquire);
+  BRAID_CHECK(magic == kMagic && h.version == kVersion, kCorruptData, "shm: segment ", name,
+              " has magic 0x", std::hex, magic, std::dec, " version ", h.version,
+              " (expected a braid shm segment, version ", kVersion, ")");
+  BRAID_CHECK(h.nranks == static_cast<uint32_t>(nranks) && h.total_bytes == bytes, kCorruptData,
+              "shm: segment ", name, " is for ", h.nranks, " ranks and ", h.total_bytes,
+              " bytes (expected ", nranks, " ranks and the file's ", bytes, " bytes)");
+  seg->compute_offsets();
+  return seg;
+}
+
+void Segment::mark_mapped() {
+  const uint32_t before = header().mapped.fetch_add(1, std::memory_order_acq_rel);
+  if (before + 1 == static_cast<uint32_t>(nranks_)) shm_unlink(name_.c_str());
+}
+
+ControlBlock& Segment::control(int rank) const {
+  return *reinterpret_cast<ControlBlock*>(base_ + control_off_ + rank * sizeof(ControlBlock));
+}
+
+uint8_t* Segment::slot(int rank) const {
+  return base_ + slot_off_ + static_cast<size_t>(rank) * header().slot_bytes;
+}
+
+MailboxHeader& Segment::mailbox(int src, int dst) const {
+  const size_t index = static_cast<size_t>(src) * nranks_ + dst;
+  return *reinterpret_cast<MailboxHeader*>(base_ + mailbox_off_ + index * mailbox_stride_);
+}
+
+uint8_t* Segment::mailbox_data(int src, int dst) const {
+  return reinterpret_cast<uint8_t*>(&mailbox(src, dst)) + sizeof(MailboxHeader);
+}
+
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::milliseconds slice) {
+  struct timespec ts {};
+  ts.tv_sec = slice.count() / 1000;
+  ts.tv_nsec = (slice.count() % 1000) * 1000000;
+  // EAGAIN (value changed), EINTR and ETIMEDOUT all mean "look again"; the caller loops.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void publish_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t value) {
+  word.store(value, std::memory_order_seq_cst);
+  if (waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(word);
+}
+
+PeerWatch::PeerWatch(int nranks) : pidfd_(nranks, -1), pid_(nranks, 0) {}
+
+PeerWatch::~PeerWatch() {
+  for (int fd : pidfd_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+bool PeerWatch::alive(int rank, int32_t pid) {
+  if (pid <= 0 || pid == getpid()) return true;  // not mapped yet, or ranks as threads
+  if (pid_[rank] != pid) {
+    if (pidfd_[rank] >= 0) close(pidfd_[rank]);
+    pid_[rank] = pid;
+    const long fd = syscall(SYS_pidfd_open, pid, 0);
+    pidfd_[rank] = fd >= 0 ? static_cast<int>(fd) : (errno == ESRCH ? -3 : -2);
+  }
+  if (pidfd_[rank] == -3) return false;  // gone before we could open it
+  if (pidfd_[rank] >= 0) {
+    struct pollfd p {};
+    p.fd = pidfd_[rank];
+    p.events = POLLIN;
+    return poll(&p, 1, 0) == 0;  // readable once the process has terminated
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t close_paren = line.rfind(')');
+  return close_paren == std::string::npos || close_paren + 2 >= line.size() ||
+         line[close_paren + 2] != 'Z';
+}
+
+}  // namespace braid::shm

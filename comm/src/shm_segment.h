@@ -1,0 +1,128 @@
+// The shm backend's shared segment (docs/shm.md, "Segment layout"): one POSIX shared-memory
+// object per group holding a header, a control block per rank (futex words, the published
+// call for the cross-rank check), a staging slot per rank and a mailbox per ordered pair of
+// ranks for send / recv. Also the waiting primitives: futex wait / wake on words of the
+// segment and the liveness check of the process behind a rank.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace braid::shm {
+
+inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
+inline constexpr uint32_t kVersion = 1;
+
+struct alignas(64) SegmentHeader {
+  uint32_t magic = 0;
+  uint32_t version = 0;
+  uint32_t nranks = 0;
+  uint32_t algo = 0;  // ShmAlgo forced by rank 0's options (0: auto)
+  uint64_t slot_bytes = 0;
+  uint64_t mailbox_bytes = 0;
+  uint64_t oneshot_bytes = 0;
+  uint64_t total_bytes = 0;
+  std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
+};
+
+// Per rank. Every 32-bit atomic is usable as a futex word; `*_waiters` count sleepers so a
+// writer only pays for FUTEX_WAKE when someone sleeps.
+struct alignas(64) ControlBlock {
+  std::atomic<uint32_t> epoch{0};  // steps half-completed by this rank (Note [Step protocol])
+  std::atomic<uint32_t> epoch_waiters{0};
+  std::atomic<uint32_t> aborted{0};  // 1 + ErrorKind once this rank left after an error
+  std::atomic<int32_t> pid{0};
+  // The call this rank is in, published at its first step (the cross-rank check).
+  std::atomic<uint64_t> call_index{0};  // collectives entered by this rank (p2p excluded)
+  std::atomic<uint64_t> seq{0};         // the front's sequence number
+  std::atomic<int64_t> count{0};
+  std::atomic<int64_t> extent{0};  // all_to_all_v: largest block in bytes
+  std::atomic<uint32_t> kind{0}, dtype{0}, op{0};
+  std::atomic<int32_t> root{0};
+  std::atomic<uint64_t> premul_bits{0};  // this rank's premul_sum factor (double bits)
+};
+
+// One per ordered pair (src -> dst), followed by mailbox_bytes of data.
+struct alignas(64) MailboxHeader {
+  std::atomic<uint32_t> posted{0};  // chunks written by src (futex word)
+  std::atomic<uint32_t> posted_waiters{0};
+  std::atomic<uint32_t> taken{0};  // chunks consumed by dst (futex word)
+  std::atomic<uint32_t> taken_waiters{0};
+  int64_t tag = 0;
+  uint64_t total_bytes = 0;  // the whole message
+  uint64_t offset = 0;       // this chunk's place in it
+  uint64_t len = 0;
+  uint32_t dtype = 0;
+  uint32_t pad = 0;
+};
+
+// What rank 0 writes into the header; the other ranks adopt it.
+struct SegmentConfig {
+  uint64_t slot_bytes = 0;
+  uint64_t mailbox_bytes = 0;
+  uint64_t oneshot_bytes = 0;
+  uint32_t algo = 0;
+};
+
+// A mapped segment with typed accessors. Offsets are computed once from the header.
+class Segment {
+ public:
+  // Creates (O_EXCL), sizes (fallocate, so a full /dev/shm fails here and not with SIGBUS
+  // later) and maps `name`. Throws kIo / kOutOfMemory naming the segment.
+  static std::unique_ptr<Segment> create(const std::string& name, int nranks, SegmentConfig config);
+  // Maps an existing segment and checks its header. Throws kIo / kCorruptData.
+  static std::unique_ptr<Segment> open(const std::string& name, int nranks);
+  ~Segment();
+
+  // Counts this mapping; the last of `nranks` unlinks the name (the mapping stays valid).
+  void mark_mapped();
+
+  SegmentHeader& header() const { return *reinterpret_cast<SegmentHeader*>(base_); }
+  ControlBlock& control(int rank) const;
+  uint8_t* slot(int rank) const;
+  MailboxHeader& mailbox(int src, int dst) const;
+  uint8_t* mailbox_data(int src, int dst) const;
+  const std::string& name() const { return name_; }
+  int nranks() const { return nranks_; }
+
+ private:
+  Segment(std::string name, int nranks, uint8_t* base, size_t bytes);
+  void compute_offsets();
+
+  std::string name_;
+  int nranks_;
+  uint8_t* base_;
+  size_t bytes_;
+  size_t control_off_ = 0, slot_off_ = 0, mailbox_off_ = 0, mailbox_stride_ = 0;
+};
+
+// Futex on a word of a MAP_SHARED mapping (not FUTEX_PRIVATE: other processes wait on it).
+// Returns after a wake, a changed value, a signal or `slice`, whichever comes first.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::milliseconds slice);
+void futex_wake_all(std::atomic<uint32_t>& word);
+
+// Stores `value` and wakes sleepers counted in `waiters` (Dekker pairing with Waiter::wait).
+void publish_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t value);
+
+// Whether the process of a peer rank still runs. Uses a pidfd when the kernel has them (a
+// zombie counts as dead, and pid reuse cannot fool it), else kill(pid, 0) plus /proc state.
+class PeerWatch {
+ public:
+  explicit PeerWatch(int nranks);
+  ~PeerWatch();
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+  // pid 0 (not mapped yet) counts as alive; the deadline covers it.
+  bool alive(int rank, int32_t pid);
+
+ private:
+  std::vector<int> pidfd_;  // -1: not opened; -2: unavailable, use kill()
+  std::vector<int32_t> pid_;
+};
+
+}  // namespace braid::shm
