@@ -7,7 +7,8 @@ build=${1:-build}
 
 "$build/bin/braid" env
 
-# The headline example (examples/), when it was built.
-if [[ -x $build/examples/linear_regression ]]; then
-  "$build/examples/linear_regression" --out "$build/quickstart/linear_regression" --steps 200
-fi
+# The main job: data-parallel training on 4 CPU ranks started by `braid launch`, gradients
+# averaged with all_reduce on the shared-memory backend, a sharded checkpoint saved and
+# reloaded by every rank (examples/ddp_linear_regression.cc).
+"$build/bin/braid" launch --nproc-per-node 4 \
+  "$build/examples/ddp_linear_regression" --out "$build/quickstart/ddp_linear_regression"
