@@ -2,6 +2,7 @@
 // "Rendezvous from the environment").
 #include <cstdlib>
 
+#include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
 #include "braid/comm/tcp_store.h"
 #include "braid/core/environment.h"
@@ -24,10 +25,17 @@ StoreEnv store_env_from_env() {
   BRAID_CHECK(!env.token.empty(), kInvalidArgument,
               "BRAID_STORE_TOKEN is not set; every rank needs the job's store token (`braid "
               "launch` sets it; by hand, export the same random string to every rank)");
-  int64_t rank = get_env_int("RANK", 0);
-  BRAID_CHECK(rank >= 0 && rank <= INT32_MAX, kInvalidArgument, "RANK=", rank,
-              " is out of range; expected a rank >= 0");
-  env.rank = static_cast<int>(rank);
+  // The rank decides who serves the store (rank 0 unless the launcher does). Under mpirun,
+  // PMI or Slurm RANK is unset: take the rank from the same discovery ProcessGroup uses, so
+  // exactly one process serves.
+  if (get_env_string("RANK").has_value()) {
+    int64_t rank = get_env_int("RANK", 0);
+    BRAID_CHECK(rank >= 0 && rank <= INT32_MAX, kInvalidArgument, "RANK=", rank,
+                " is out of range; expected a rank >= 0");
+    env.rank = static_cast<int>(rank);
+  } else {
+    env.rank = detect_rank_info().rank;
+  }
   env.served_by_launcher = get_env_bool("BRAID_STORE_SERVED_BY_LAUNCHER", false);
   return env;
 }
