@@ -8,6 +8,7 @@
 
 namespace braid::cli {
 
+void add_bench_command(CLI::App& app);    // braid bench: collective benchmarks
 void add_env_command(CLI::App& app);      // braid env: the environment report
 void add_launch_command(CLI::App& app);   // braid launch: run N ranks of a program
 void add_version_command(CLI::App& app);  // braid version

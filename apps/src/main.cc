@@ -29,6 +29,7 @@ bool is_unknown_command(const CLI::App& app, int argc, char** argv) {
 int main(int argc, char** argv) {
   CLI::App app{"braid: a C++ runtime for distributed deep-learning training", "braid"};
   app.require_subcommand(1);
+  braid::cli::add_bench_command(app);
   braid::cli::add_env_command(app);
   braid::cli::add_launch_command(app);
   braid::cli::add_version_command(app);

@@ -1,0 +1,28 @@
+// What rank 0 prints and writes: nccl-tests' table layout, the --peer ratio table and the
+// -J JSON file (formats in docs/bench.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/sweep.h"
+
+namespace braid::bench {
+
+// "# nThread 1 nGpus 1 minBytes ..." and the library / rank lines.
+std::string format_preamble(const BenchOptions& o, const std::string& library, int nranks);
+// The blank "#" line and the three header lines of nccl-tests' table.
+std::string format_header();
+// One table row, without the newline nccl-tests adds after the in-place columns.
+std::string format_row(const OpResult& r, const Row& row, const BenchOptions& o);
+// "# Out of bounds values : 0 OK" / "# Avg bus bandwidth    : X " / "#".
+std::string format_footer(const OpResult& r);
+// One line per skipped collective.
+std::string format_skipped(const OpResult& r);
+// braid busbw / peer busbw per collective and size, out of place and in place.
+std::string format_ratios(const std::vector<OpResult>& braid, const std::vector<OpResult>& peer);
+
+// The whole run as JSON (docs/bench.md, "JSON output").
+std::string to_json(const BenchOptions& o, int nranks, const std::vector<OpResult>& results);
+
+}  // namespace braid::bench

@@ -1,0 +1,153 @@
+// run_bench(): the two ways braid bench runs.
+//   --nproc N: this process is a launcher. It starts N ranks of `braid bench` through the
+//     launcher library (apps/launch, the same code as `braid launch`), passing them a
+//     duplicate of its stdout (--report-fd) so rank 0's table reaches the console without
+//     the launcher's "[rank 0] " prefix.
+//   otherwise: this process is one rank (braid launch, mpirun, or alone). Peers start first
+//     (MPI_Init), then braid's group, then the sweeps; rank 0 prints and writes -J.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "bench/collectives.h"
+#include "bench/report.h"
+#include "bench/sweep.h"
+#include "braid/comm/rank_info.h"
+#include "braid/comm/store.h"
+#include "braid/core/environment.h"
+#include "braid/core/error.h"
+#include "launch/job.h"
+
+namespace braid::bench {
+namespace {
+
+std::string self_executable() {
+  char path[4096];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  BRAID_CHECK(n > 0, kIo, "braid bench --nproc: cannot read /proc/self/exe");
+  return std::string(path, static_cast<size_t>(n));
+}
+
+int launch_ranks(const BenchOptions& o) {
+  BRAID_CHECK(o.peers.empty(), kInvalidArgument,
+              "--nproc with --peer: peer libraries need their own launcher; run "
+              "`mpirun -np N braid bench --peer mpi ...` instead");
+  // F_DUPFD (not F_DUPFD_CLOEXEC): the ranks inherit it across exec.
+  int fd = ::fcntl(1, F_DUPFD, 3);
+  BRAID_CHECK(fd >= 0, kIo, "braid bench --nproc: cannot duplicate stdout");
+  launch::LaunchOptions lo;
+  lo.nproc_per_node = o.nproc;
+  lo.command = {self_executable(), "bench"};
+  for (std::string& a : to_args(o)) lo.command.push_back(std::move(a));
+  lo.command.insert(lo.command.end(), {"--report-fd", std::to_string(fd)});
+  std::fflush(stdout);
+  int code = 0;
+  try {
+    code = launch::run_job(lo);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return code;
+}
+
+// Rank 0's console: the inherited --report-fd, else stdout.
+class Out {
+ public:
+  Out(bool active, int fd) : active_(active) {
+    if (active_ && fd >= 0) file_ = ::fdopen(::dup(fd), "w");
+    if (active_ && file_ == nullptr) file_ = stdout;
+  }
+  ~Out() {
+    if (file_ != nullptr && file_ != stdout) std::fclose(file_);
+  }
+  void print(const std::string& s) {
+    if (!active_) return;
+    std::fputs(s.c_str(), file_);
+    std::fflush(file_);
+  }
+
+ private:
+  bool active_;
+  std::FILE* file_ = nullptr;
+};
+
+std::shared_ptr<Store> braid_store(const RankInfo& me,
+                                   const std::vector<std::unique_ptr<PeerSession>>& peers) {
+  if (get_env_string("MASTER_PORT") && get_env_string("BRAID_STORE_TOKEN")) {
+    return store_from_env();
+  }
+  for (const auto& p : peers) {
+    if (auto s = p->bootstrap_store()) return s;
+  }
+  if (me.world_size == 1) return std::make_shared<InMemoryStore>();
+  BRAID_FAIL(kInvalidArgument, "braid bench: rank ", me.rank, " of ", me.world_size, " (from ",
+             me.source,
+             ") has no store to meet the other ranks: MASTER_PORT and BRAID_STORE_TOKEN are not "
+             "set. Use `braid bench --nproc N`, `braid launch`, or under mpirun `--peer mpi` "
+             "(or export both variables with mpirun -x)");
+}
+
+std::vector<OpResult> run_sweeps(Collectives& lib, const BenchOptions& o, Out& out) {
+  std::vector<OpResult> results;
+  out.print(format_preamble(o, lib.name(), lib.size()));
+  for (Op op : o.ops) {
+    out.print("# Collective test: " + std::string(op_name(op)) + " (" + lib.name() + ")\n");
+    bool header = false;
+    auto sink = [&](const OpResult& r, const Row& row) {
+      if (!header) out.print(format_header());
+      header = true;
+      out.print(format_row(r, row, o) + "\n");
+    };
+    results.push_back(sweep(lib, o, op, sink));
+    const OpResult& r = results.back();
+    out.print(r.skipped.empty() ? format_footer(r) : format_skipped(r));
+  }
+  return results;
+}
+
+int64_t total_wrong(const std::vector<OpResult>& results) {
+  int64_t w = 0;
+  for (const OpResult& r : results) w += r.wrong_total();
+  return w;
+}
+
+int run_rank(const BenchOptions& o) {
+  const RankInfo me = detect_rank_info();
+  std::vector<std::unique_ptr<PeerSession>> peers;  // outlive braid's group (declared first)
+  for (const std::string& name : o.peers) peers.push_back(start_peer(name));
+  std::unique_ptr<Collectives> braid = make_braid_collectives(braid_store(me, peers), o.backend);
+
+  Out out(braid->rank() == 0, o.report_fd);
+  std::vector<OpResult> all = run_sweeps(*braid, o, out);
+  const size_t braid_count = all.size();
+  for (auto& p : peers) {
+    std::vector<OpResult> r = run_sweeps(p->collectives(), o, out);
+    out.print(format_ratios(std::vector<OpResult>(all.begin(), all.begin() + braid_count), r));
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  if (braid->rank() == 0 && !o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    f << to_json(o, braid->size(), all);
+    BRAID_CHECK(f.good(), kIo, "-J ", o.json_path, ": cannot write the JSON file");
+  }
+  braid->barrier();  // nobody tears down the group while a peer still uses it
+  return total_wrong(all) > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int run_bench(const BenchOptions& options) {
+  validate(options);
+  if (options.nproc > 0) return launch_ranks(options);
+  return run_rank(options);
+}
+
+}  // namespace braid::bench

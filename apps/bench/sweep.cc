@@ -1,0 +1,165 @@
+// sweep(): buffers sized once per collective for the largest message (as nccl-tests), warm-up
+// at the largest and smallest size, then per size the timed loops and the check.
+#include "bench/sweep.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "bench/check.h"
+#include "braid/core/error.h"
+
+namespace braid::bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
+
+// Page-aligned and touched, so no page fault lands inside a timed loop.
+Buffer make_buffer(int64_t bytes) {
+  const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, size);
+  BRAID_CHECK(p != nullptr, kOutOfMemory, "braid bench: cannot allocate a buffer of ", size,
+              " bytes");
+  std::memset(p, 0, size);
+  return Buffer(static_cast<unsigned char*>(p));
+}
+
+// nccl-tests' per-rank count for a message of `bytes` (setupArgs / getCollByteCount).
+int64_t count_for(Op op, int64_t bytes, DType dtype, int nranks) {
+  const int64_t base = bytes / static_cast<int64_t>(dtype_size(dtype));
+  const bool split = op == Op::kAllGather || op == Op::kReduceScatter || op == Op::kAllToAll;
+  return split ? base / nranks : base;
+}
+
+struct Buffers {
+  Buffer send, recv;
+  CallBuffers call(Op op, int64_t count, bool in_place, int rank, size_t elem) const {
+    CallBuffers b;
+    b.count = count;
+    b.in_place = in_place;
+    b.recv = recv.get();
+    b.send = send.get();
+    if (!in_place) return b;
+    const size_t block = static_cast<size_t>(count) * elem * static_cast<size_t>(rank);
+    if (op == Op::kAllGather) {
+      b.send = recv.get() + block;
+    } else if (op == Op::kReduceScatter) {
+      b.recv = send.get() + block;
+    } else {
+      b.send = b.recv;
+    }
+    return b;
+  }
+};
+
+class Runner {
+ public:
+  Runner(Collectives& lib, const BenchOptions& o, Op op) : lib_(lib), o_(o), op_(op) {
+    n_ = lib.size();
+    elem_ = dtype_size(o.dtype);
+    const int64_t max_count = count_for(op, o.max_bytes, o.dtype, n_);
+    bufs_.send = make_buffer(input_elements(op, max_count, n_) * static_cast<int64_t>(elem_));
+    bufs_.recv = make_buffer(result_elements(op, max_count, n_) * static_cast<int64_t>(elem_));
+  }
+
+  void warmup(int64_t bytes) {
+    const int64_t count = count_for(op_, bytes, o_.dtype, n_);
+    CallBuffers b = bufs_.call(op_, count, false, lib_.rank(), elem_);
+    for (int i = 0; i < o_.warmup; ++i) call(b);
+  }
+
+  Row row(int64_t bytes) {
+    Row r;
+    r.count = count_for(op_, bytes, o_.dtype, n_);
+    r.bytes = std::max(input_elements(op_, r.count, n_), result_elements(op_, r.count, n_)) *
+              static_cast<int64_t>(elem_);
+    r.out_of_place = measure(r, false);
+    r.in_place = measure(r, true);
+    return r;
+  }
+
+ private:
+  void* call(const CallBuffers& b) {
+    return lib_.run(op_, b, o_.dtype, o_.redop, op_rooted(op_) ? o_.root : 0);
+  }
+
+  Measure measure(const Row& r, bool in_place) {
+    CallBuffers b = bufs_.call(op_, r.count, in_place, lib_.rank(), elem_);
+    std::vector<double> per_iter;
+    for (int rep = 0; rep < o_.repeats; ++rep) {
+      lib_.barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < o_.iters; ++i) call(b);
+      std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+      per_iter.push_back(dt.count() / o_.iters);
+    }
+    std::nth_element(per_iter.begin(), per_iter.begin() + per_iter.size() / 2, per_iter.end());
+    const double sec = lib_.sum_across(per_iter[per_iter.size() / 2]) / n_;
+    Measure m;
+    m.time_us = sec * 1e6;
+    m.algbw = sec > 0 ? static_cast<double>(r.bytes) / 1e9 / sec : 0;
+    m.busbw = m.algbw * bus_factor(op_, n_);
+    if (o_.check) m.wrong = check(b);
+    return m;
+  }
+
+  int64_t check(const CallBuffers& b) {
+    CheckCall c{op_, o_.dtype, o_.redop, lib_.rank(), n_, o_.root};
+    fill_inputs(c, b);
+    void* result = call(b);
+    const double wrong = static_cast<double>(count_wrong(c, result, b.count));
+    return static_cast<int64_t>(lib_.sum_across(wrong));
+  }
+
+  Collectives& lib_;
+  const BenchOptions& o_;
+  Op op_;
+  int n_ = 1;
+  size_t elem_ = 4;
+  Buffers bufs_;
+};
+
+}  // namespace
+
+int64_t OpResult::wrong_total() const {
+  int64_t w = 0;
+  for (const Row& r : rows) {
+    w += std::max<int64_t>(r.out_of_place.wrong, 0) + std::max<int64_t>(r.in_place.wrong, 0);
+  }
+  return w;
+}
+
+double OpResult::avg_busbw() const {
+  if (rows.empty()) return 0;
+  double sum = 0;
+  for (const Row& r : rows) sum += r.out_of_place.busbw + r.in_place.busbw;
+  return sum / (2.0 * static_cast<double>(rows.size()));
+}
+
+OpResult sweep(Collectives& lib, const BenchOptions& o, Op op, const RowSink& sink) {
+  OpResult result;
+  result.library = lib.name();
+  result.op = op;
+  result.root = op_rooted(op) ? o.root : -1;
+  result.skipped = lib.unsupported(op, o.dtype, o.redop);
+  if (!result.skipped.empty()) return result;
+  BRAID_CHECK(o.root < lib.size(), kOutOfRange, "-r ", o.root, ": expected a rank below the ",
+              lib.size(), " ranks of the job");
+
+  Runner runner(lib, o, op);
+  runner.warmup(o.max_bytes);
+  runner.warmup(o.min_bytes);
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
+    result.rows.push_back(runner.row(bytes));
+    if (sink) sink(result, result.rows.back());
+  }
+  return result;
+}
+
+}  // namespace braid::bench

@@ -1,0 +1,230 @@
+// Tests of apps/bench's pieces without processes: option parsing and validation, the bus
+// bandwidth factors, the -c 1 checker against collectives simulated here in plain C++ (so a
+// checker that accepts anything, or rejects correct results, fails), and the table layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "bench/check.h"
+#include "bench/report.h"
+#include "braid/core/error.h"
+
+namespace braid::bench {
+namespace {
+
+template <typename F>
+void expect_error(F&& f, ErrorKind kind, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error naming " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(BenchOptions, SizesUseNcclTestsSuffixes) {
+  EXPECT_EQ(parse_size("8", "-b"), 8);
+  EXPECT_EQ(parse_size("64K", "-e"), 65536);
+  EXPECT_EQ(parse_size("1m", "-e"), 1 << 20);
+  EXPECT_EQ(parse_size("2G", "-e"), int64_t{2} << 30);
+  EXPECT_EQ(parse_size("0.5K", "-e"), 512);
+  expect_error([] { parse_size("12Q", "-b"); }, ErrorKind::kInvalidArgument, "-b '12Q'");
+  expect_error([] { parse_size("-4", "-e"); }, ErrorKind::kInvalidArgument, "-e '-4'");
+  expect_error([] { parse_size("", "-e"); }, ErrorKind::kInvalidArgument, "-e");
+}
+
+TEST(BenchOptions, DtypesAcceptNcclTestsAndBraidNames) {
+  EXPECT_EQ(parse_bench_dtype("float"), DType::kF32);
+  EXPECT_EQ(parse_bench_dtype("half"), DType::kF16);
+  EXPECT_EQ(parse_bench_dtype("bfloat16"), DType::kBF16);
+  EXPECT_EQ(parse_bench_dtype("int32"), DType::kI32);
+  EXPECT_EQ(parse_bench_dtype("uint8"), DType::kU8);
+  EXPECT_EQ(parse_bench_dtype("bf16"), DType::kBF16);
+  EXPECT_EQ(parse_bench_dtype("f64"), DType::kF64);
+  EXPECT_EQ(nccl_type_name(DType::kF32), "float");
+  EXPECT_EQ(nccl_type_name(DType::kBF16), "bfloat16");
+  expect_error([] { parse_bench_dtype("nosuch"); }, ErrorKind::kInvalidArgument, "nosuch");
+  expect_error([] { parse_bench_dtype("uint32"); }, ErrorKind::kNotSupported, "uint32");
+  expect_error([] { parse_bench_dtype("bool"); }, ErrorKind::kInvalidArgument, "bool");
+}
+
+TEST(BenchOptions, OpsAndRedops) {
+  EXPECT_EQ(parse_ops("all").size(), 6u);
+  EXPECT_EQ(parse_ops("allreduce"), std::vector<Op>{Op::kAllReduce});
+  EXPECT_EQ(parse_ops("reduce_scatter"), std::vector<Op>{Op::kReduceScatter});
+  EXPECT_EQ(parse_redop("avg"), ReduceOp::kAvg);
+  expect_error([] { parse_ops("gossip"); }, ErrorKind::kInvalidArgument, "gossip");
+  expect_error([] { parse_redop("xor"); }, ErrorKind::kInvalidArgument, "xor");
+}
+
+TEST(BenchOptions, ValidateNamesTheFlag) {
+  BenchOptions o;
+  o.min_bytes = 1024;
+  o.max_bytes = 8;
+  expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "-b 1024 is larger than -e 8");
+  o = BenchOptions{};
+  o.factor = 1;
+  expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "-f 1");
+  o = BenchOptions{};
+  o.iters = 0;
+  expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "-n 0");
+  o = BenchOptions{};
+  o.peers = {"gloo"};
+  expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "--peer 'gloo'");
+}
+
+TEST(BenchOptions, ToArgsRoundTripsTheSweep) {
+  BenchOptions o;
+  o.min_bytes = 8;
+  o.ops = {Op::kAllGather, Op::kReduce};
+  o.dtype = DType::kBF16;
+  std::vector<std::string> a = to_args(o);
+  auto value_of = [&](const std::string& flag) {
+    auto it = std::find(a.begin(), a.end(), flag);
+    return it == a.end() || it + 1 == a.end() ? std::string("<missing>") : *(it + 1);
+  };
+  EXPECT_EQ(value_of("-b"), "8");
+  EXPECT_EQ(parse_bench_dtype(value_of("-d")), DType::kBF16);
+  EXPECT_EQ(std::count(a.begin(), a.end(), "--op"), 2);
+  EXPECT_EQ(std::find(a.begin(), a.end(), "--nproc"), a.end());
+}
+
+TEST(BenchFormulas, BusFactorsAreNcclTests) {
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kAllGather, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kReduceScatter, 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kAllToAll, 8), 0.875);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kBroadcast, 8), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kReduce, 3), 1.0);
+}
+
+// ---- the checker against collectives computed here ----------------------------------------
+
+template <typename T>
+T fold(ReduceOp op, const std::vector<T>& xs, int n) {
+  T acc = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (op == ReduceOp::kProd)
+      acc = acc * xs[i];
+    else if (op == ReduceOp::kMin)
+      acc = std::min(acc, xs[i]);
+    else if (op == ReduceOp::kMax)
+      acc = std::max(acc, xs[i]);
+    else
+      acc = acc + xs[i];
+  }
+  if (op == ReduceOp::kAvg) acc = static_cast<T>(acc / static_cast<T>(n));
+  return acc;
+}
+
+// Rank `me`'s result of `op`, given every rank's input.
+template <typename T>
+std::vector<T> simulate(Op op, ReduceOp redop, const std::vector<std::vector<T>>& in, int me,
+                        int root, int64_t count) {
+  const int n = static_cast<int>(in.size());
+  std::vector<T> out;
+  auto column = [&](int64_t k) {
+    std::vector<T> xs;
+    for (int r = 0; r < n; ++r) xs.push_back(in[r][k]);
+    return fold(redop, xs, n);
+  };
+  for (int64_t i = 0; i < result_elements(op, count, n); ++i) {
+    switch (op) {
+      case Op::kAllReduce:
+      case Op::kReduce:
+        out.push_back(column(i));
+        break;
+      case Op::kReduceScatter:
+        out.push_back(column(me * count + i));
+        break;
+      case Op::kBroadcast:
+        out.push_back(in[root][i]);
+        break;
+      case Op::kAllGather:
+        out.push_back(in[i / count][i % count]);
+        break;
+      case Op::kAllToAll:
+        out.push_back(in[i / count][me * count + i % count]);
+        break;
+    }
+  }
+  return out;
+}
+
+template <typename T>
+void check_op(Op op, ReduceOp redop, DType dtype) {
+  const int n = 3, root = 1;
+  const int64_t count = 5;
+  std::vector<std::vector<T>> in(n);
+  for (int r = 0; r < n; ++r) {
+    in[r].resize(input_elements(op, count, n));
+    std::vector<T> recv(result_elements(op, count, n), T(77));
+    CallBuffers b{in[r].data(), recv.data(), count, false};
+    fill_inputs({op, dtype, redop, r, n, root}, b);
+    EXPECT_TRUE(std::all_of(recv.begin(), recv.end(), [](T x) { return x == T(0); }))
+        << "fill_inputs must clear the result buffer";
+  }
+  for (int me = 0; me < n; ++me) {
+    SCOPED_TRACE(std::string(op_name(op)) + " " + std::string(reduce_op_name(redop)) + " rank " +
+                 std::to_string(me));
+    CheckCall c{op, dtype, redop, me, n, root};
+    std::vector<T> got = simulate(op, redop, in, me, root, count);
+    EXPECT_EQ(count_wrong(c, got.data(), count), 0);
+    got[got.size() / 2] = got[got.size() / 2] + T(1);
+    got[0] = T(-5);
+    const int64_t expect = (op == Op::kReduce && me != root) ? 0 : 2;
+    EXPECT_EQ(count_wrong(c, got.data(), count), expect);
+  }
+}
+
+TEST(BenchCheck, AcceptsCorrectResultsAndCountsWrongOnes) {
+  for (Op op : kAllOps) {
+    for (ReduceOp redop :
+         {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      if (!op_reduces(op) && redop != ReduceOp::kSum) continue;
+      check_op<float>(op, redop, DType::kF32);
+      check_op<double>(op, redop, DType::kF64);
+      check_op<int32_t>(op, redop, DType::kI32);
+    }
+  }
+}
+
+TEST(BenchCheck, InputsDependOnTheRank) {
+  std::vector<float> a(8), b(8), recv(8);
+  fill_inputs({Op::kAllReduce, DType::kF32, ReduceOp::kSum, 0, 2, 0},
+              {a.data(), recv.data(), 8, false});
+  fill_inputs({Op::kAllReduce, DType::kF32, ReduceOp::kSum, 1, 2, 0},
+              {b.data(), recv.data(), 8, false});
+  EXPECT_NE(a, b);
+}
+
+// ---- table layout ---------------------------------------------------------------------------
+
+TEST(BenchReport, RowFollowsNcclTestsColumns) {
+  BenchOptions o;
+  OpResult r;
+  r.library = "braid shm";
+  r.op = Op::kAllReduce;
+  Row row;
+  row.bytes = 1024;
+  row.count = 256;
+  row.out_of_place = {12.345, 0.08, 0.12, 0};
+  row.in_place = {123.45, 0.01, 0.02, 3};
+  r.rows = {row};
+  const std::string line = format_row(r, row, o);
+  EXPECT_EQ(line,
+            "        1024           256     float     sum      -1    12.35    0.08    0.12      0"
+            "    123.5    0.01    0.02      3");
+  EXPECT_NE(format_footer(r).find("# Out of bounds values : 3 FAILED"), std::string::npos);
+  o.check = false;
+  row.out_of_place.wrong = -1;
+  EXPECT_NE(format_row(r, row, o).find("    N/A"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::bench

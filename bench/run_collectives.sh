@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Measures all_reduce, all_gather and reduce_scatter with 2 and 4 ranks from 16 B to 64 MiB
+# for braid (shm backend), OpenMPI (braid bench --peer mpi under mpirun) and Gloo (torch,
+# bench/collectives_vs_gloo.py). Tables go to OUT (default bench-collectives-<date>/); the
+# summary is in docs/performance.md ("Collectives"). A measurement, not a test.
+#   bench/run_collectives.sh [BUILD_DIR] [OUT_DIR]
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../build}
+out=${2:-bench-collectives-$(date +%Y%m%d-%H%M%S)}
+braid=$build/bin/braid
+mkdir -p "$out"
+sweep=(-b 16 -e 64M -f 4 -n 20 -w 5 -c 0 --op all_reduce --op all_gather --op reduce_scatter)
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+
+{
+  echo "# $(date -u +%FT%TZ) $(uname -srm)"
+  echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) x $(nproc)"
+  echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# mpirun: $(mpirun --version 2>&1 | head -1)"
+} >"$out/machine.txt"
+
+for n in 2 4; do
+  echo "== braid shm, $n ranks" >&2
+  "$braid" bench --nproc "$n" "${sweep[@]}" -J "$out/braid_np$n.json" >"$out/braid_np$n.txt"
+  echo "== braid shm + OpenMPI (--peer mpi), $n ranks" >&2
+  "${mpi[@]}" -np "$n" "$braid" bench "${sweep[@]}" --peer mpi -J "$out/mpi_np$n.json" \
+    >"$out/mpi_np$n.txt"
+  echo "== gloo (torch), $n ranks" >&2
+  /usr/bin/python3 "$here/collectives_vs_gloo.py" --nproc "$n" -b 16 -e 64M -f 4 -n 20 -w 5 \
+    --op all_reduce --op all_gather --op reduce_scatter >"$out/gloo_np$n.txt"
+  echo "# load average after np=$n: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
+done
+echo "results in $out" >&2
