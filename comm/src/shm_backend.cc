@@ -73,6 +73,8 @@ ShmOptions shm_options_from_env() {
   o.slot_bytes = env_bytes("BRAID_SHM_SLOT_BYTES", o.slot_bytes, 4096);
   o.mailbox_bytes = env_bytes("BRAID_SHM_MAILBOX_BYTES", o.mailbox_bytes, 64);
   o.oneshot_bytes = env_bytes("BRAID_SHM_ONESHOT_BYTES", o.oneshot_bytes, 0);
+  o.arena_bytes = env_bytes("BRAID_SHM_ARENA_BYTES", o.arena_bytes, 0);
+  o.zerocopy_bytes = env_bytes("BRAID_SHM_ZEROCOPY_BYTES", o.zerocopy_bytes, 0);
   if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
     BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
                 "environment variable BRAID_SHM_ALGO='", algo,
@@ -120,8 +122,9 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                              std::to_string(context_.global_ranks[0]) + "x" + std::to_string(n_) +
                              "-" + std::to_string(getpid()) + "-" +
                              std::to_string(g_segment_counter.fetch_add(1));
-    SegmentConfig config{options.slot_bytes, options.mailbox_bytes, options.oneshot_bytes,
-                         static_cast<uint32_t>(options.algo)};
+    SegmentConfig config{options.slot_bytes,    options.mailbox_bytes,
+                         options.oneshot_bytes, static_cast<uint32_t>(options.algo),
+                         options.arena_bytes,   options.zerocopy_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -131,25 +134,23 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   }
   seg_->control(me_).pid.store(getpid(), std::memory_order_release);
   seg_->mark_mapped();
+  init_arena();
 }
 
 ShmGroup::~ShmGroup() = default;
 
-const BackendCapabilities& ShmGroup::capabilities() const {
-  static const BackendCapabilities caps = [] {
-    BackendCapabilities c;
-    c.devices = {DeviceType::kCPU};
+BackendCapabilities ShmGroup::make_capabilities(bool can_allocate) {
+  BackendCapabilities c;
+  c.devices = {DeviceType::kCPU};
 #define BRAID_SHM_DTYPE(e, n, st, T, sz, fl) c.dtypes.push_back(DType::e);
-    BRAID_FOR_EACH_DTYPE(BRAID_SHM_DTYPE)
+  BRAID_FOR_EACH_DTYPE(BRAID_SHM_DTYPE)
 #undef BRAID_SHM_DTYPE
-    for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
-      c.collectives.push_back(static_cast<CollectiveKind>(k));
-    }
-    c.point_to_point = true;
-    c.can_allocate_shared = false;
-    return c;
-  }();
-  return caps;
+  for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
+    c.collectives.push_back(static_cast<CollectiveKind>(k));
+  }
+  c.point_to_point = true;
+  c.can_allocate_shared = can_allocate;
+  return c;
 }
 
 std::shared_ptr<Work> ShmGroup::run(const CollectiveDesc& desc) {

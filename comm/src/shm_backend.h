@@ -23,6 +23,11 @@ struct ShmOptions {
   uint64_t mailbox_bytes = uint64_t{64} << 10;   // per ordered pair (BRAID_SHM_MAILBOX_BYTES)
   uint64_t oneshot_bytes = uint64_t{256} << 10;  // kAuto threshold (BRAID_SHM_ONESHOT_BYTES)
   ShmAlgo algo = ShmAlgo::kAuto;                 // BRAID_SHM_ALGO: auto, oneshot, rs
+  // Per-rank arena that allocate() hands out (BRAID_SHM_ARENA_BYTES; rounded up to the page
+  // size; 0: no arena, allocate() returns nullptr). Address space only until allocated.
+  uint64_t arena_bytes = uint64_t{256} << 20;
+  // Smallest message (bytes per rank) that tries the zero-copy path (BRAID_SHM_ZEROCOPY_BYTES).
+  uint64_t zerocopy_bytes = uint64_t{64} << 10;
 };
 
 // The options from the environment (defaults above). Throws kInvalidArgument naming the

@@ -77,6 +77,8 @@ void ShmGroup::publish_call(Call& c) {
   cb.op.store(static_cast<uint32_t>(d.op), std::memory_order_relaxed);
   cb.root.store(d.root, std::memory_order_relaxed);
   cb.premul_bits.store(std::bit_cast<uint64_t>(d.premul_factor), std::memory_order_relaxed);
+  cb.send_arena_off.store(c.send_off, std::memory_order_relaxed);
+  cb.recv_arena_off.store(c.recv_off, std::memory_order_relaxed);
   // The release store of the ready epoch that follows makes these visible to the peers.
 }
 

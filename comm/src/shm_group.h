@@ -1,6 +1,7 @@
 // ShmGroup: the shm Backend of one group. shm_backend.cc holds the rendezvous, the waits, the
 // step protocol and the cross-rank check; shm_collectives.cc the collective algorithms;
-// shm_p2p.cc send / recv through the pair mailboxes.
+// shm_p2p.cc send / recv through the pair mailboxes; shm_arena.cc allocate / release of the
+// per-rank arena and shm_zerocopy.cc the collectives that read peers' arena buffers in place.
 //
 // Note [Step protocol]
 // Every collective is a sequence of steps; every step is
@@ -18,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +40,8 @@ struct Call {
   bool first_step = true;
   uint32_t target = 0;          // the epoch being waited for (error messages)
   std::vector<double> factors;  // premul_sum: every rank's factor, after the first step
+  // Where this rank's buffers lie in its arena (published at the first step), -1: outside.
+  int64_t send_off = -1, recv_off = -1;
 };
 
 // Steps to move `elems` in chunks of `chunk`; at least one, so every call meets the check.
@@ -51,8 +55,13 @@ class ShmGroup final : public Backend {
   ~ShmGroup() override;
 
   std::string_view name() const override { return "shm"; }
-  const BackendCapabilities& capabilities() const override;
+  const BackendCapabilities& capabilities() const override { return caps_; }
   std::shared_ptr<Work> run(const CollectiveDesc& desc) override;
+  // 64-byte aligned blocks of this rank's arena (shm_arena.cc). kOutOfMemory when full.
+  void* allocate(size_t bytes) override;
+  void release(void* ptr) override;
+  // Collectives that took the zero-copy path (tests and benchmarks look at it).
+  uint64_t zero_copy_calls() const { return zero_copy_calls_.load(std::memory_order_relaxed); }
 
  private:
   void dispatch(const CollectiveDesc& desc);
@@ -98,6 +107,21 @@ class ShmGroup final : public Backend {
   // bytes of a sub-slot (the slot split into n parts, 8-byte aligned)
   uint64_t sub_slot_bytes() const;
 
+  // ---- zero-copy (shm_arena.cc, shm_zerocopy.cc) ----
+  static BackendCapabilities make_capabilities(bool can_allocate);
+  void init_arena();
+  // Byte offset of [p, p + bytes) in this rank's arena when it lies inside one allocated
+  // block, else -1.
+  int64_t arena_offset(const void* p, int64_t bytes);
+  // Runs the call on the peers' arena buffers when every buffer it reads lies in an arena;
+  // false (after one shared step that the slot path then follows) when not.
+  bool zero_copy(Call& c);
+  bool zero_copy_eligible(const Call& c) const;
+  void zero_copy_first(Call& c);
+  void zero_copy_gather_stripes(Call& c);
+  const uint8_t* peer_send(int p) const;
+  uint8_t* peer_recv(int p) const;
+
   // ---- point to point (shm_p2p.cc) ----
   void send(Call& c);
   void recv(Call& c);
@@ -110,6 +134,11 @@ class ShmGroup final : public Backend {
   uint64_t calls_ = 0;
   std::mutex mu_;              // one call at a time on this backend
   std::exception_ptr broken_;  // the error that left this group unusable
+  BackendCapabilities caps_;
+  std::atomic<uint64_t> zero_copy_calls_{0};
+  std::mutex arena_mu_;                  // allocate / release may come from any thread
+  std::map<uint64_t, uint64_t> free_;    // offset -> bytes, coalesced
+  std::map<uint64_t, uint64_t> blocks_;  // handed out: offset -> bytes
 };
 
 }  // namespace braid::shm

@@ -30,17 +30,18 @@ size_t round_up(size_t v, size_t to) {
 }
 
 struct Layout {
-  size_t control_off, slot_off, mailbox_off, mailbox_stride, total;
+  size_t control_off, slot_off, mailbox_off, mailbox_stride, arena_off, total;
 };
 
-Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes) {
+Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint64_t arena_bytes) {
   Layout l{};
   const size_t n = static_cast<size_t>(nranks);
   l.control_off = round_up(sizeof(SegmentHeader), kPage);
   l.slot_off = round_up(l.control_off + n * sizeof(ControlBlock), kPage);
   l.mailbox_off = l.slot_off + n * slot_bytes;
   l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
-  l.total = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
+  l.arena_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
+  l.total = l.arena_off + n * arena_bytes;
   return l;
 }
 
@@ -50,15 +51,18 @@ std::string errno_text(int e) {
 
 }  // namespace
 
-Segment::Segment(std::string name, int nranks, uint8_t* base, size_t bytes)
-    : name_(std::move(name)), nranks_(nranks), base_(base), bytes_(bytes) {}
+Segment::Segment(std::string name, int nranks, uint8_t* base, size_t bytes, int fd)
+    : name_(std::move(name)), nranks_(nranks), base_(base), bytes_(bytes), fd_(fd) {}
 
 Segment::~Segment() {
   if (base_) munmap(base_, bytes_);
+  if (fd_ >= 0) close(fd_);
 }
 
 void Segment::compute_offsets() {
-  const Layout l = layout_for(nranks_, header().slot_bytes, header().mailbox_bytes);
+  const Layout l =
+      layout_for(nranks_, header().slot_bytes, header().mailbox_bytes, header().arena_bytes);
+  arena_off_ = l.arena_off;
   control_off_ = l.control_off;
   slot_off_ = l.slot_off;
   mailbox_off_ = l.mailbox_off;
@@ -67,18 +71,20 @@ void Segment::compute_offsets() {
 
 std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
                                          SegmentConfig config) {
-  const Layout l = layout_for(nranks, config.slot_bytes, config.mailbox_bytes);
+  config.arena_bytes = round_up(config.arena_bytes, kPage);
+  const Layout l = layout_for(nranks, config.slot_bytes, config.mailbox_bytes, config.arena_bytes);
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   BRAID_CHECK(fd >= 0, kIo, "shm: shm_open(", name, ", O_CREAT|O_EXCL) failed: ", errno_text(errno),
               " (expected a fresh name; stale /dev/shm", name, " from a crashed job?)");
   int err = ftruncate(fd, static_cast<off_t>(l.total)) == 0 ? 0 : errno;
   // Reserve the pages now: a full /dev/shm must fail here, not with SIGBUS on a later store.
-  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(l.total));
+  // The arenas stay sparse: allocate() reserves each block's pages when it hands it out.
+  if (err == 0) err = posix_fallocate(fd, 0, static_cast<off_t>(l.arena_off));
   void* base =
       err == 0 ? mmap(nullptr, l.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   if (err == 0 && base == MAP_FAILED) err = errno;
-  close(fd);
   if (err != 0) {
+    close(fd);
     shm_unlink(name.c_str());
     if (err == ENOSPC || err == ENOMEM) {
       BRAID_FAIL(kOutOfMemory, "shm: cannot reserve ", l.total, " bytes for segment ", name,
@@ -95,7 +101,9 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
   header->oneshot_bytes = config.oneshot_bytes;
   header->algo = config.algo;
   header->total_bytes = l.total;
-  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total));
+  header->arena_bytes = config.arena_bytes;
+  header->zerocopy_bytes = config.zerocopy_bytes;
+  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total, fd));
   seg->compute_offsets();
   for (int r = 0; r < nranks; ++r) {
     new (&seg->control(r)) ControlBlock();
@@ -118,10 +126,10 @@ std::unique_ptr<Segment> Segment::open(const std::string& name, int nranks) {
                    ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                    : MAP_FAILED;
   const int err = errno;
-  close(fd);
+  if (base == MAP_FAILED) close(fd);
   BRAID_CHECK(base != MAP_FAILED, kIo, "shm: mapping segment ", name, " (", bytes,
               " bytes) failed: ", errno_text(err));
-  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), bytes));
+  std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), bytes, fd));
   SegmentHeader& h = seg->header();
   const uint32_t magic = std::atomic_ref<uint32_t>(h.magic).load(std::memory_order_acquire);
   BRAID_CHECK(magic == kMagic && h.version == kVersion, kCorruptData, "shm: segment ", name,
@@ -154,6 +162,22 @@ MailboxHeader& Segment::mailbox(int src, int dst) const {
 
 uint8_t* Segment::mailbox_data(int src, int dst) const {
   return reinterpret_cast<uint8_t*>(&mailbox(src, dst)) + sizeof(MailboxHeader);
+}
+
+uint8_t* Segment::arena(int rank) const {
+  return base_ + arena_off_ + static_cast<size_t>(rank) * header().arena_bytes;
+}
+
+void Segment::reserve_arena(int rank, uint64_t offset, uint64_t bytes) {
+  const uint64_t start = arena_off_ + rank * header().arena_bytes + offset;
+  const int err = posix_fallocate(fd_, static_cast<off_t>(start), static_cast<off_t>(bytes));
+  if (err == ENOSPC || err == ENOMEM) {
+    BRAID_FAIL(kOutOfMemory, "shm: cannot reserve ", bytes, " bytes of rank ", rank,
+               "'s arena in segment ", name_, ": ", errno_text(err),
+               " (expected room in /dev/shm; enlarge it or allocate less)");
+  }
+  BRAID_CHECK(err == 0, kIo, "shm: reserving ", bytes, " bytes of rank ", rank,
+              "'s arena in segment ", name_, " failed: ", errno_text(err));
 }
 
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected, std::chrono::milliseconds slice) {

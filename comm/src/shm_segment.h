@@ -1,8 +1,9 @@
 // The shm backend's shared segment (docs/shm.md, "Segment layout"): one POSIX shared-memory
 // object per group holding a header, a control block per rank (futex words, the published
 // call for the cross-rank check), a staging slot per rank and a mailbox per ordered pair of
-// ranks for send / recv. Also the waiting primitives: futex wait / wake on words of the
-// segment and the liveness check of the process behind a rank.
+// ranks for send / recv, then one arena per rank (shared buffers that collectives read in
+// place; docs/shm.md, "Zero-copy buffers"). Also the waiting primitives: futex wait / wake on words
+// of the segment and the liveness check of the process behind a rank.
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -27,6 +28,8 @@ struct alignas(64) SegmentHeader {
   uint64_t mailbox_bytes = 0;
   uint64_t oneshot_bytes = 0;
   uint64_t total_bytes = 0;
+  uint64_t arena_bytes = 0;         // per rank, a multiple of the page size (0: no arenas)
+  uint64_t zerocopy_bytes = 0;      // smallest message that tries the zero-copy path
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -45,6 +48,8 @@ struct alignas(64) ControlBlock {
   std::atomic<uint32_t> kind{0}, dtype{0}, op{0};
   std::atomic<int32_t> root{0};
   std::atomic<uint64_t> premul_bits{0};  // this rank's premul_sum factor (double bits)
+  // Where this call's buffers lie in this rank's arena (byte offsets), -1 when outside it.
+  std::atomic<int64_t> send_arena_off{-1}, recv_arena_off{-1};
 };
 
 // One per ordered pair (src -> dst), followed by mailbox_bytes of data.
@@ -67,6 +72,8 @@ struct SegmentConfig {
   uint64_t mailbox_bytes = 0;
   uint64_t oneshot_bytes = 0;
   uint32_t algo = 0;
+  uint64_t arena_bytes = 0;  // rounded up to the page size by create()
+  uint64_t zerocopy_bytes = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.
@@ -87,18 +94,24 @@ class Segment {
   uint8_t* slot(int rank) const;
   MailboxHeader& mailbox(int src, int dst) const;
   uint8_t* mailbox_data(int src, int dst) const;
+  // Rank `rank`'s arena (header().arena_bytes bytes; its pages are reserved by reserve()).
+  uint8_t* arena(int rank) const;
+  // Reserves the pages of [offset, offset + bytes) of this rank's arena (fallocate on the
+  // object, so a full /dev/shm fails here and not with SIGBUS). Throws kOutOfMemory / kIo.
+  void reserve_arena(int rank, uint64_t offset, uint64_t bytes);
   const std::string& name() const { return name_; }
   int nranks() const { return nranks_; }
 
  private:
-  Segment(std::string name, int nranks, uint8_t* base, size_t bytes);
+  Segment(std::string name, int nranks, uint8_t* base, size_t bytes, int fd);
   void compute_offsets();
 
   std::string name_;
   int nranks_;
   uint8_t* base_;
   size_t bytes_;
-  size_t control_off_ = 0, slot_off_ = 0, mailbox_off_ = 0, mailbox_stride_ = 0;
+  int fd_;  // kept open for reserve_arena(); still valid after the name is unlinked
+  size_t control_off_ = 0, slot_off_ = 0, mailbox_off_ = 0, mailbox_stride_ = 0, arena_off_ = 0;
 };
 
 // Futex on a word of a MAP_SHARED mapping (not FUTEX_PRIVATE: other processes wait on it).

@@ -1,0 +1,451 @@
+// The shm backend's zero-copy path (docs/shm.md, "Zero-copy buffers"): collectives on
+// buffers from Backend::allocate give the same bits as on ordinary memory for every kind that
+// has a zero-copy form, sizes 0 / 1 / 4099 / 1 MiB + 3 elements, 1 to 4 ranks, in and out of
+// place, ranks as threads and as forked processes; mixed placement falls back to the slots;
+// the arena's allocate / release reuse, alignment and the full-arena error; empty_shared on
+// ProcessGroup and its fallback; no /dev/shm leftovers.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "../src/shm_backend.h"
+#include "../src/shm_group.h"
+#include "braid/comm/shared_tensor.h"
+#include "comm_test_util.h"
+
+namespace braid {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using std::chrono::milliseconds;
+
+std::string unique_job(const char* what) {
+  static std::atomic<int> counter{0};
+  return std::string("zc") + what + std::to_string(getpid()) + "n" + std::to_string(counter++);
+}
+
+std::vector<std::string> leftovers(const std::string& job) {
+  std::vector<std::string> out;
+  const std::string prefix = "braid-" + job + "-";
+  if (DIR* dir = opendir("/dev/shm")) {
+    while (dirent* e = readdir(dir)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) out.push_back(e->d_name);
+    }
+    closedir(dir);
+  }
+  return out;
+}
+
+ShmOptions test_options() {
+  ShmOptions o;
+  o.slot_bytes = 64 << 10;  // many slot steps for the big case: a different chunking
+  o.arena_bytes = 64 << 20;
+  o.zerocopy_bytes = 0;  // every non-empty call tries the zero-copy path
+  return o;
+}
+
+std::unique_ptr<Backend> make_backend(int rank, int size, std::shared_ptr<Store> store,
+                                      const std::string& job, const ShmOptions& options) {
+  BackendContext ctx;
+  ctx.store = std::move(store);
+  ctx.rank = rank;
+  ctx.size = size;
+  ctx.job_id = job;
+  ctx.timeout = milliseconds(60000);
+  return create_shm_backend(ctx, options);
+}
+
+uint64_t zero_copy_calls(Backend& b) {
+  return dynamic_cast<shm::ShmGroup&>(b).zero_copy_calls();
+}
+
+struct Case {
+  CollectiveKind kind;
+  DType dtype;
+  ReduceOp op;
+  int64_t count;
+  bool in_place;
+};
+
+enum class Placement { kOrdinary, kShared, kMixed };  // kMixed: the root rank (n-1) ordinary
+
+constexpr int64_t kBig = (int64_t{1} << 20) / 4 + 3;  // 1 MiB of f32 + 3 elements
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const CollectiveKind kinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
+                                  CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
+                                  CollectiveKind::kGather,    CollectiveKind::kReduceScatter};
+  for (CollectiveKind kind : kinds) {
+    for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{4099}, kBig}) {
+      for (bool in_place : {false, true}) {
+        cases.push_back({kind, DType::kF32, ReduceOp::kSum, count, in_place});
+        if (count != 4099) continue;  // other dtypes / ops at one size
+        cases.push_back({kind, DType::kBF16, ReduceOp::kAvg, count, in_place});
+        cases.push_back({kind, DType::kI32, ReduceOp::kProd, count, in_place});
+        cases.push_back({kind, DType::kF64, ReduceOp::kPremulSum, count, in_place});
+      }
+    }
+  }
+  return cases;
+}
+
+// Values in [-1, 1) (order-sensitive sums) converted to `dtype`.
+void fill(uint8_t* out, DType dtype, int64_t count, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = dist(gen);
+    if (dtype == DType::kF32) {
+      std::memcpy(out + i * 4, &v, 4);
+    } else if (dtype == DType::kF64) {
+      const double d = v;
+      std::memcpy(out + i * 8, &d, 8);
+    } else if (dtype == DType::kBF16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t h = static_cast<uint16_t>(bits >> 16);
+      std::memcpy(out + i * 2, &h, 2);
+    } else {
+      const int32_t x = static_cast<int32_t>(v * 7) | 1;  // odd: products stay non-zero
+      std::memcpy(out + i * 4, &x, 4);
+    }
+  }
+}
+
+// One buffer, either from the backend's arena or from the heap.
+struct Buffer {
+  Backend* backend = nullptr;
+  uint8_t* data = nullptr;
+  std::vector<uint8_t> heap;
+  Buffer(Backend& b, size_t bytes, bool shared) {
+    if (shared) {
+      backend = &b;
+      data = static_cast<uint8_t*>(b.allocate(bytes));
+      EXPECT_NE(data, nullptr);
+    } else {
+      heap.resize(std::max<size_t>(bytes, 1));
+      data = heap.data();
+    }
+  }
+  ~Buffer() {
+    if (backend) backend->release(data);
+  }
+};
+
+// Runs `cs` on this rank; returns the bytes this rank ends with (its in-place buffer, or its
+// recv buffer) and whether the call took the zero-copy path.
+Bytes run_case(int me, int n, Backend& b, const Case& cs, Placement placement, uint64_t seq,
+               bool* zero_copy) {
+  const bool shared =
+      placement == Placement::kShared || (placement == Placement::kMixed && me != n - 1);
+  const int64_t es = static_cast<int64_t>(dtype_size(cs.dtype));
+  const bool recv_blocks =
+      cs.kind == CollectiveKind::kAllGather || cs.kind == CollectiveKind::kGather;
+  const int64_t send_elems = cs.kind == CollectiveKind::kReduceScatter ? n * cs.count : cs.count;
+  const int64_t recv_elems = recv_blocks ? n * cs.count : cs.count;
+  const uint32_t seed = static_cast<uint32_t>(seq * 131 + me);
+  Buffer a(b,
+           static_cast<size_t>((cs.in_place ? std::max(send_elems, recv_elems) : send_elems) * es),
+           shared);
+  std::optional<Buffer> r;
+  CollectiveDesc d;
+  d.kind = cs.kind;
+  d.dtype = cs.dtype;
+  d.op = cs.op;
+  d.premul_factor = 0.5 + me;
+  d.count = cs.count;
+  d.root = n - 1;
+  d.seq = seq;
+  if (cs.in_place) {
+    fill(a.data, cs.dtype, std::max(send_elems, recv_elems), seed);
+    d.recv = a.data;
+    d.send = a.data;
+    if (recv_blocks) d.send = a.data + me * cs.count * es;
+    if (cs.kind == CollectiveKind::kReduceScatter) d.recv = a.data + me * cs.count * es;
+  } else {
+    fill(a.data, cs.dtype, send_elems, seed);
+    r.emplace(b, static_cast<size_t>(recv_elems * es), shared);
+    std::memset(r->data, 0xab, static_cast<size_t>(recv_elems * es));
+    d.send = a.data;
+    d.recv = r->data;
+  }
+  const uint64_t before = zero_copy_calls(b);
+  auto work = b.run(d);
+  if (work->error()) std::rethrow_exception(work->error());
+  *zero_copy = zero_copy_calls(b) == before + 1;
+  const uint8_t* result = cs.in_place ? a.data : r->data;
+  const int64_t result_elems = cs.in_place ? std::max(send_elems, recv_elems) : recv_elems;
+  return Bytes(result, result + result_elems * es);
+}
+
+std::string case_name(const Case& cs, int n) {
+  return std::string(collective_name(cs.kind)) + " " + std::string(dtype_name(cs.dtype)) + " x " +
+         std::to_string(cs.count) + (cs.in_place ? " in place" : " out of place") + " on " +
+         std::to_string(n) + " ranks";
+}
+
+// Every case on ordinary, shared and mixed buffers; the bits must agree, and only the shared
+// run of a non-empty call may take the zero-copy path.
+void check_grid(int me, int n, Backend& b) {
+  uint64_t seq = 0;
+  bool failed = false;
+  for (const Case& cs : all_cases()) {
+    ++seq;
+    bool zc_ordinary = false, zc_shared = false, zc_mixed = false;
+    const Bytes ordinary = run_case(me, n, b, cs, Placement::kOrdinary, seq, &zc_ordinary);
+    const Bytes shared = run_case(me, n, b, cs, Placement::kShared, seq, &zc_shared);
+    const Bytes mixed = run_case(me, n, b, cs, Placement::kMixed, seq, &zc_mixed);
+    // Every rank runs every case (the ranks must stay in step), reporting its first failure.
+    if (failed) continue;
+    const std::string what = case_name(cs, n) + ", rank " + std::to_string(me);
+    EXPECT_TRUE(ordinary == shared) << what << ": shared buffers changed the bits";
+    EXPECT_TRUE(ordinary == mixed) << what << ": mixed buffers changed the bits";
+    EXPECT_FALSE(zc_ordinary) << what;
+    EXPECT_EQ(zc_shared, cs.count > 0) << what;
+    EXPECT_FALSE(zc_mixed) << what;  // the root's buffers are ordinary
+    failed = ordinary != shared || ordinary != mixed || zc_ordinary ||
+             zc_shared != (cs.count > 0) || zc_mixed;
+  }
+}
+
+class ShmZeroCopyThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmZeroCopyThreads, SameBitsAsSlotPathForEveryKindAndSize) {
+  const int n = GetParam();
+  const std::string job = unique_job("t");
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, test_options());
+    ASSERT_TRUE(b->capabilities().can_allocate_shared);
+    check_grid(me, size, *b);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_TRUE(leftovers(job).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyThreads, ::testing::Values(1, 2, 3, 4));
+
+class ShmZeroCopyProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmZeroCopyProcesses, SameBitsAsSlotPathForEveryKindAndSize) {
+  const int n = GetParam();
+  const std::string job = unique_job("p");
+  auto result = testing::run_processes(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, test_options());
+    check_grid(me, size, *b);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_TRUE(leftovers(job).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyProcesses, ::testing::Values(1, 2, 3, 4));
+
+// An independent check of the zero-copy all_reduce: integer sums are exact.
+TEST(ShmZeroCopy, AllReduceIntegerSumMatchesClosedForm) {
+  const int n = 3;
+  const int64_t count = 10007;
+  const std::string job = unique_job("i");
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, test_options());
+    auto* x = static_cast<int64_t*>(b->allocate(count * 8));
+    for (int64_t i = 0; i < count; ++i) x[i] = i * (me + 1);
+    CollectiveDesc d;
+    d.kind = CollectiveKind::kAllReduce;
+    d.dtype = DType::kI64;
+    d.count = count;
+    d.send = d.recv = x;
+    auto work = b->run(d);
+    ASSERT_EQ(work->error(), nullptr);
+    EXPECT_EQ(zero_copy_calls(*b), 1u);
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(x[i], i * 6) << "element " << i;  // 1 + 2 + 3
+    }
+    b->release(x);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// Below zerocopy_bytes the slot path runs even on shared buffers.
+TEST(ShmZeroCopy, ThresholdKeepsSmallCallsOnTheSlots) {
+  const std::string job = unique_job("s");
+  ShmOptions o = test_options();
+  o.zerocopy_bytes = 4096;
+  auto result = testing::run_threads(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, o);
+    for (int64_t count : {1023, 1024}) {
+      auto* x = static_cast<float*>(b->allocate(count * 4));
+      for (int64_t i = 0; i < count; ++i) x[i] = static_cast<float>(i + me);
+      CollectiveDesc d;
+      d.count = count;
+      d.send = d.recv = x;
+      const uint64_t before = zero_copy_calls(*b);
+      ASSERT_EQ(b->run(d)->error(), nullptr);
+      EXPECT_EQ(zero_copy_calls(*b) - before, count * 4 >= 4096 ? 1u : 0u) << count;
+      EXPECT_EQ(x[count - 1], static_cast<float>(2 * (count - 1) + 1));
+      b->release(x);
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(ShmArena, AllocateAlignsReusesAndCoalesces) {
+  const std::string job = unique_job("a");
+  ShmOptions o = test_options();
+  o.arena_bytes = 64 << 10;
+  auto result = testing::run_threads(1, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, o);
+    void* a = b->allocate(1000);
+    void* z = b->allocate(0);
+    void* c = b->allocate(64);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(z, nullptr);
+    EXPECT_NE(a, z);
+    EXPECT_NE(z, c);
+    for (void* p : {a, z, c}) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    std::memset(a, 1, 1000);  // the pages are reserved: writable
+    b->release(a);
+    EXPECT_EQ(b->allocate(900), a) << "first fit reuses the released block";
+    b->release(a);
+    b->release(z);
+    b->release(c);
+    void* whole = b->allocate(64 << 10);  // needs every block coalesced again
+    EXPECT_EQ(whole, a);
+    b->release(whole);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(ShmArena, FullArenaIsOutOfMemoryNamingSizes) {
+  const std::string job = unique_job("f");
+  ShmOptions o = test_options();
+  o.arena_bytes = 64 << 10;
+  auto result = testing::run_threads(1, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, o);
+    void* all = b->allocate(60 << 10);
+    ASSERT_NE(all, nullptr);
+    try {
+      b->allocate(8192);
+      ADD_FAILURE() << "allocate past the arena succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+      EXPECT_NE(e.message().find("allocate(8192 bytes)"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("arena of 65536 bytes"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("4096 bytes free"), std::string::npos) << e.message();
+    }
+    EXPECT_NE(b->allocate(4096), nullptr) << "what is left still fits";
+    int local = 0;
+    try {
+      b->release(&local);
+      ADD_FAILURE() << "release of a foreign pointer succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(e.message().find("release("), std::string::npos) << e.message();
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(ShmArena, NoArenaMeansNoSharedAllocation) {
+  const std::string job = unique_job("n");
+  ShmOptions o = test_options();
+  o.arena_bytes = 0;
+  auto result = testing::run_threads(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, o);
+    EXPECT_FALSE(b->capabilities().can_allocate_shared);
+    EXPECT_EQ(b->allocate(64), nullptr);
+    float x[4] = {1, 2, 3, 4};
+    CollectiveDesc d;
+    d.count = 4;
+    d.send = d.recv = x;
+    ASSERT_EQ(b->run(d)->error(), nullptr);
+    EXPECT_EQ(x[3], 8.0f);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// ---- empty_shared on ProcessGroup ----
+
+TEST(EmptyShared, CollectivesOnSharedTensorsMatchOrdinaryOnes) {
+  auto result = testing::run_threads(3, [](int me, int size, std::shared_ptr<Store> store) {
+    auto pg = testing::make_group(me, size, store);
+    const Shape shape = {257, 129};
+    Tensor shared = empty_shared(pg, shape, DType::kF32);
+    Tensor ordinary = Tensor::empty(shape, DType::kF32);
+    ASSERT_TRUE(pg->backend().capabilities().can_allocate_shared);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(shared.data_ptr()) % 64, 0u);
+    fill(static_cast<uint8_t*>(shared.data_ptr()), DType::kF32, shared.numel(), 7 + me);
+    fill(static_cast<uint8_t*>(ordinary.data_ptr()), DType::kF32, ordinary.numel(), 7 + me);
+    const uint64_t before = zero_copy_calls(pg->backend());
+    pg->all_reduce(shared);
+    EXPECT_EQ(zero_copy_calls(pg->backend()), before + 1);
+    pg->all_reduce(ordinary);
+    EXPECT_EQ(std::memcmp(shared.data_ptr(), ordinary.data_ptr(), shared.nbytes()), 0);
+    // all_gather_into from a shared input into a shared output.
+    Tensor gathered = empty_shared(pg, {size * 257, 129}, DType::kF32);
+    Tensor gathered_plain = Tensor::empty({size * 257, 129}, DType::kF32);
+    pg->all_gather_into(gathered, shared);
+    pg->all_gather_into(gathered_plain, ordinary);
+    EXPECT_EQ(std::memcmp(gathered.data_ptr(), gathered_plain.data_ptr(), gathered.nbytes()), 0);
+    EXPECT_EQ(zero_copy_calls(pg->backend()), before + 2);
+    // The tensor keeps the group (and its mapping) alive after the caller's handle goes.
+    std::weak_ptr<ProcessGroup> weak = pg;
+    pg.reset();
+    EXPECT_FALSE(weak.expired());
+    static_cast<float*>(shared.data_ptr())[0] = 1.0f;
+    gathered = Tensor();
+    shared = Tensor();
+    EXPECT_TRUE(weak.expired());
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(EmptyShared, FallsBackToCpuMemoryWithoutAnArena) {
+  ::setenv("BRAID_SHM_ARENA_BYTES", "0", 1);
+  auto result = testing::run_threads(2, [](int me, int size, std::shared_ptr<Store> store) {
+    auto pg = testing::make_group(me, size, store);
+    EXPECT_FALSE(pg->backend().capabilities().can_allocate_shared);
+    Tensor t = empty_shared(pg, {5}, DType::kI32);
+    ASSERT_TRUE(t.defined());
+    EXPECT_EQ(t.numel(), 5);
+    for (int i = 0; i < 5; ++i) t.data<int32_t>()[i] = i + me;
+    pg->all_reduce(t);
+    EXPECT_EQ(t.data<int32_t>()[4], 9);
+  });
+  ::unsetenv("BRAID_SHM_ARENA_BYTES");
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(EmptyShared, NullGroupIsInvalidArgument) {
+  try {
+    empty_shared(nullptr, {4});
+    ADD_FAILURE() << "empty_shared(nullptr) succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(e.message().find("group is null"), std::string::npos) << e.message();
+  }
+}
+
+TEST(EmptyShared, FullArenaIsOutOfMemory) {
+  ::setenv("BRAID_SHM_ARENA_BYTES", "65536", 1);
+  auto result = testing::run_threads(1, [](int me, int size, std::shared_ptr<Store> store) {
+    auto pg = testing::make_group(me, size, store);
+    Tensor a = empty_shared(pg, {16384}, DType::kF32);  // the whole arena
+    try {
+      empty_shared(pg, {1}, DType::kF32);
+      ADD_FAILURE() << "empty_shared past the arena succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kOutOfMemory);
+      EXPECT_NE(e.message().find("allocate(4 bytes)"), std::string::npos) << e.message();
+    }
+    a = Tensor();  // released: the arena is free again
+    EXPECT_NO_THROW(empty_shared(pg, {16384}, DType::kF32));
+  });
+  ::unsetenv("BRAID_SHM_ARENA_BYTES");
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+}  // namespace
+}  // namespace braid
