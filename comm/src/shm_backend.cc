@@ -1,7 +1,8 @@
 // The shm backend's group object: rendezvous on the segment through the store, the waits
-// (spin briefly, then futex slices that check the deadline and the peer's liveness), the step
-// protocol's cross-rank check, error handling, and the options / registration entry points
-// (docs/shm.md).
+// (a short timed spin, then sched_yield, then futex slices that check the deadline and the peer's
+// liveness), the step protocol's cross-rank check, error handling, and the options / registration
+// entry points (docs/shm.md).
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,9 +18,25 @@
 namespace braid {
 namespace {
 
-constexpr int kSpinIterations = 2000;
+// Wait phases (docs/shm.md, "Waiting"), bounded in time, not iterations: a `pause` costs
+// from ~10 to ~140 cycles depending on the CPU, and 2000 of them held a core for ~50 us,
+// the very core a peer needed when ranks outnumber cores.
+constexpr std::chrono::microseconds kSpinTime{20};   // pause loop, only while ranks <= cores
+constexpr std::chrono::microseconds kYieldTime{50};  // sched_yield: lets a co-scheduled peer run
+constexpr int kPollsPerClockRead = 16;
 constexpr std::chrono::milliseconds kSlice{50};
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
+
+// CPUs this process may run on (its affinity mask), read once.
+int usable_cpus() {
+  static const int cpus = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+    return std::max(1, CPU_COUNT(&set));
+  }();
+  return cpus;
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -238,9 +255,21 @@ void ShmGroup::leave_after_error(ErrorKind kind) {
 void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
                              std::atomic<uint32_t>& waiters, uint32_t target) {
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
-  for (int i = 0; i < kSpinIterations; ++i) {
+  if (reached(word.load(std::memory_order_acquire))) return;
+  // With more ranks than CPUs the awaited peer may need this very core: skip the pause loop.
+  const auto spin = n_ <= usable_cpus() ? kSpinTime : std::chrono::microseconds{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (auto now = start; now - start < spin; now = std::chrono::steady_clock::now()) {
+    for (int i = 0; i < kPollsPerClockRead; ++i) {
+      if (reached(word.load(std::memory_order_acquire))) return;
+      cpu_relax();
+    }
+  }
+  // The peer is late: maybe it waits for a core this rank holds. Yielding hands the core over
+  // when something else is runnable on it and returns at once when not (then it is a spin).
+  for (auto now = start; now - start < kYieldTime; now = std::chrono::steady_clock::now()) {
     if (reached(word.load(std::memory_order_acquire))) return;
-    cpu_relax();
+    sched_yield();
   }
   while (true) {
     const uint32_t v = word.load(std::memory_order_acquire);

@@ -16,6 +16,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -168,18 +169,50 @@ inline void write_all(int fd, const std::string& text) {
 
 }  // namespace detail
 
+// Serves a TcpStoreServer from a forked child, so the parent stays single-threaded: forking
+// the ranks from a process whose server thread might hold a lock (malloc's, the sanitizer
+// allocator's) can leave a rank deadlocked in its first allocation. Returns the server's pid
+// and port; the server dies with the parent (PR_SET_PDEATHSIG) or when killed.
+inline std::pair<pid_t, uint16_t> fork_tcp_store_server(const std::string& token) {
+  int p[2];
+  if (::pipe(p) != 0) BRAID_FAIL(kIo, "run_processes: pipe() failed");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) BRAID_FAIL(kIo, "run_processes: fork() failed for the store server");
+  if (pid == 0) {
+    ::close(p[0]);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    TcpStoreServer server("127.0.0.1", 0, token);
+    const uint16_t port = server.port();
+    detail::write_all(p[1], std::string(reinterpret_cast<const char*>(&port), sizeof(port)));
+    ::close(p[1]);
+    while (true) ::pause();  // serve until killed
+  }
+  ::close(p[1]);
+  uint16_t port = 0;
+  const ssize_t n = ::read(p[0], &port, sizeof(port));
+  ::close(p[0]);
+  if (n != static_cast<ssize_t>(sizeof(port))) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    BRAID_FAIL(kIo, "run_processes: the store server process did not report its port");
+  }
+  return {pid, port};
+}
+
 // Forks `size` processes. kFile: a FileStore on a fresh temporary file; kTcp: a TcpStoreServer
-// in this process on a free loopback port, each rank a TcpStore client. Ranks still running at
-// the deadline are killed (SIGKILL) and reported.
+// in a forked server process on a free loopback port, each rank a TcpStore client. Ranks still
+// running at the deadline are killed (SIGKILL) and reported.
 inline RunResult run_processes(int size, const RankFn& fn, StoreKind kind = StoreKind::kFile,
                                std::chrono::milliseconds deadline = kDefaultRunDeadline) {
-  std::unique_ptr<TcpStoreServer> server;
+  pid_t server_pid = -1;
   std::string path;
   std::function<std::shared_ptr<Store>()> make_store;
   if (kind == StoreKind::kTcp) {
     const std::string token = generate_store_token();
-    server = std::make_unique<TcpStoreServer>("127.0.0.1", 0, token);
-    const uint16_t port = server->port();
+    const auto [pid, port] = fork_tcp_store_server(token);
+    server_pid = pid;
     make_store = [port, token, deadline] {
       return std::make_shared<TcpStore>("127.0.0.1", port, token, deadline);
     };
@@ -261,6 +294,10 @@ inline RunResult run_processes(int size, const RankFn& fn, StoreKind kind = Stor
     }
   }
   if (!path.empty()) std::filesystem::remove(path);
+  if (server_pid > 0) {
+    ::kill(server_pid, SIGKILL);
+    ::waitpid(server_pid, nullptr, 0);
+  }
   return result;
 }
 
