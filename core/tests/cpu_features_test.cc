@@ -4,9 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -14,44 +11,17 @@
 
 #include "braid/core/environment.h"
 #include "braid/core/error.h"
-
-extern char** environ;
+#include "child_process.h"
 
 namespace braid {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int kChildPassed = 42;
-
-// Runs one test of this binary in a child process with the current environment; the child
-// test exits with kChildPassed when all its checks held. Returns the exit status.
-int run_child_test(const std::string& test_name) {
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return -1;
-  exe[n] = '\0';
-  std::string filter = "--gtest_filter=" + test_name;
-  char* argv[] = {exe, filter.data(), nullptr};
-  PatchEnvironment child{{"CORE_TEST_CHILD", "1"}};
-  pid_t pid = 0;
-  if (::posix_spawn(&pid, exe, nullptr, nullptr, argv, environ) != 0) return -1;
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool in_child() {
-  return std::getenv("CORE_TEST_CHILD") != nullptr;
-}
-
-void exit_child() {
-  std::_Exit(::testing::Test::HasFailure() ? 1 : kChildPassed);
-}
-
-CpuIsa widest_supported() {
-  return cpu_max_isa();
-}
+using testing::exit_child;
+using testing::in_child;
+using testing::kChildPassed;
+using testing::run_child_test;
 
 TEST(CpuIsa, Names) {
   EXPECT_EQ(cpu_isa_name(CpuIsa::kScalar), "scalar");
@@ -85,8 +55,8 @@ TEST(ScopedCpuIsa, ForcesAndNests) {
     ScopedCpuIsa scalar(CpuIsa::kScalar);
     EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
     {
-      ScopedCpuIsa wide(widest_supported());
-      EXPECT_EQ(cpu_dispatch_isa(), widest_supported());
+      ScopedCpuIsa wide(cpu_max_isa());
+      EXPECT_EQ(cpu_dispatch_isa(), cpu_max_isa());
     }
     EXPECT_EQ(cpu_dispatch_isa(), CpuIsa::kScalar);
   }

@@ -59,9 +59,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                 b.size(0), " differ");
   }
   const DType dt = a.dtype();
-  const DType c_dt = dt;
   Shape out_shape = a.dim() == 3 ? Shape{batch, m, n} : Shape{m, n};
-  Tensor out = Tensor::empty(out_shape, c_dt);
+  Tensor out = Tensor::empty(out_shape, dt);
   if (out.numel() == 0) return out;
 
   const Operand oa = as_matrix(a);
@@ -79,7 +78,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   g.c = out.data_ptr();
   g.ldc = n;
   g.ab_dtype = dt;
-  g.c_dtype = c_dt;
+  g.c_dtype = dt;
   g.batch = batch;
   g.stride_a = oa.batch_stride;
   g.stride_b = b.dim() == 3 ? ob.batch_stride : 0;

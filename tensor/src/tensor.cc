@@ -16,10 +16,6 @@ namespace kc = kernels::cpu;
 
 namespace {
 
-int64_t checked_numel(const Shape& shape) {
-  return shape_numel(shape);
-}
-
 // Bytes a view with this shape, strides and offset reaches in its storage.
 size_t reach_bytes(const Shape& shape, const Strides& strides, int64_t offset, size_t elem) {
   int64_t last = offset;
@@ -48,13 +44,10 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Strid
 // ---- factories ---------------------------------------------------------------------------
 
 Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
-  const int64_t n = checked_numel(shape);
-  const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
-  auto storage = std::make_shared<Storage>(get_allocator(device).allocate(bytes), bytes);
-  if (bytes == 0) {
-    // keep the device even for an empty block
-    storage = std::make_shared<Storage>(DataPtr(nullptr, device, {}), 0);
-  }
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  // An empty block still records its device (the allocator's empty DataPtr would not).
+  DataPtr data = bytes == 0 ? DataPtr(nullptr, device, {}) : get_allocator(device).allocate(bytes);
+  auto storage = std::make_shared<Storage>(std::move(data), bytes);
   Strides strides = contiguous_strides(shape);
   return Tensor(std::move(storage), dtype, std::move(shape), std::move(strides), 0);
 }
@@ -85,7 +78,7 @@ Tensor Tensor::arange(double start, double end, double step, DType dtype, Device
 }
 
 Tensor Tensor::from_vector(const std::vector<double>& values, Shape shape, DType dtype) {
-  const int64_t n = checked_numel(shape);
+  const int64_t n = shape_numel(shape);
   BRAID_CHECK(n == static_cast<int64_t>(values.size()), kInvalidArgument,
               "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
               n, " elements)");
@@ -96,7 +89,7 @@ Tensor Tensor::from_vector(const std::vector<double>& values, Shape shape, DType
 
 Tensor Tensor::from_blob(void* data, Shape shape, DType dtype, Device device,
                          std::function<void(void*)> deleter, std::optional<Strides> strides) {
-  checked_numel(shape);
+  const int64_t numel = shape_numel(shape);  // also rejects negative dimensions
   Strides s = strides ? std::move(*strides) : contiguous_strides(shape);
   BRAID_CHECK(s.size() == shape.size(), kInvalidArgument, "from_blob: ", s.size(),
               " strides for shape ", shape_str(shape), " (expected ", shape.size(), ")");
@@ -104,7 +97,7 @@ Tensor Tensor::from_blob(void* data, Shape shape, DType dtype, Device device,
     BRAID_CHECK(s[i] >= 0, kInvalidArgument, "from_blob: stride ", s[i], " of dimension ", i,
                 " is negative");
   }
-  BRAID_CHECK(data != nullptr || checked_numel(shape) == 0 || device.is_meta(), kInvalidArgument,
+  BRAID_CHECK(data != nullptr || numel == 0 || device.is_meta(), kInvalidArgument,
               "from_blob: data is null for a tensor of shape ", shape_str(shape));
   const size_t bytes = reach_bytes(shape, s, 0, dtype_size(dtype));
   auto storage = std::make_shared<Storage>(DataPtr(data, device, std::move(deleter)), bytes);
@@ -160,7 +153,7 @@ int64_t Tensor::stride(int d) const {
   return strides_[wrap_dim(d, "stride")];
 }
 int64_t Tensor::numel() const {
-  return checked_numel(shape());
+  return shape_numel(shape());
 }
 
 bool Tensor::is_contiguous() const {
