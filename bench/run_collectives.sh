@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Measures all_reduce, all_gather and reduce_scatter with 2 and 4 ranks from 16 B to 64 MiB
-# for braid (shm backend), OpenMPI (braid bench --peer mpi under mpirun) and Gloo (torch,
-# bench/collectives_vs_gloo.py). Tables go to OUT (default bench-collectives-<date>/); the
-# summary is in docs/performance.md ("Collectives"). A measurement, not a test.
+# for braid (shm backend; ordinary buffers, then -R 1 buffers from the shm arena), OpenMPI
+# (braid bench --peer mpi under mpirun) and Gloo (torch, bench/collectives_vs_gloo.py), and the
+# machine's own floor (bench/cacheline_probe: a 2-process barrier round) before and after. Tables
+# go to OUT (default bench-collectives-<date>/); the summary is in docs/performance.md
+# ("Collectives"). A measurement, not a test.
 #   bench/run_collectives.sh [BUILD_DIR] [OUT_DIR]
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,11 +20,15 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
   echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) x $(nproc)"
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# mpirun: $(mpirun --version 2>&1 | head -1)"
+  echo "# floor before: $("$build/bin/cacheline_probe" barrier)"
 } >"$out/machine.txt"
 
 for n in 2 4; do
   echo "== braid shm, $n ranks" >&2
   "$braid" bench --nproc "$n" "${sweep[@]}" -J "$out/braid_np$n.json" >"$out/braid_np$n.txt"
+  echo "== braid shm, $n ranks, buffers in the shm arena (-R 1)" >&2
+  "$braid" bench --nproc "$n" "${sweep[@]}" -R 1 -J "$out/braid_shared_np$n.json" \
+    >"$out/braid_shared_np$n.txt"
   echo "== braid shm + OpenMPI (--peer mpi), $n ranks" >&2
   "${mpi[@]}" -np "$n" "$braid" bench "${sweep[@]}" --peer mpi -J "$out/mpi_np$n.json" \
     >"$out/mpi_np$n.txt"
@@ -31,4 +37,5 @@ for n in 2 4; do
     --op all_reduce --op all_gather --op reduce_scatter >"$out/gloo_np$n.txt"
   echo "# load average after np=$n: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 done
+echo "# floor after: $("$build/bin/cacheline_probe" barrier)" >>"$out/machine.txt"
 echo "results in $out" >&2

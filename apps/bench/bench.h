@@ -36,6 +36,7 @@ struct BenchOptions {
   ReduceOp redop = ReduceOp::kSum;  // -o
   int root = 0;                     // -r
   bool check = true;                // -c
+  bool shared_buffers = false;      // -R: buffers from the library's shared allocator
   std::string json_path;            // -J
   std::vector<Op> ops = {Op::kAllReduce};  // --op
   std::string backend = "shm";             // --backend

@@ -67,6 +67,9 @@ class BraidCollectives final : public Collectives {
 
   std::string unsupported(Op, DType, ReduceOp) const override { return {}; }
 
+  void* allocate_shared(size_t bytes) override { return pg_->backend().allocate(bytes); }
+  void release_shared(void* p) override { pg_->backend().release(p); }
+
  private:
   std::shared_ptr<ProcessGroup> pg_;
   std::string backend_;

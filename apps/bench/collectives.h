@@ -44,6 +44,10 @@ class Collectives {
   virtual double sum_across(double value) = 0;
   // Empty when supported, else why not (the dtype or op has no equivalent).
   virtual std::string unsupported(Op op, DType dtype, ReduceOp redop) const = 0;
+  // -R 1: memory the library's collectives use without staging copies (braid: the backend's
+  // allocate(), zero-copy on shm); nullptr where the library has none. Free with release().
+  virtual void* allocate_shared(size_t bytes) { return nullptr; }
+  virtual void release_shared(void* p) {}
 };
 
 // braid's ProcessGroup on `store` with the given backend; rank and size from the

@@ -169,17 +169,13 @@ void validate(const BenchOptions& o) {
 }
 
 std::vector<std::string> to_args(const BenchOptions& o) {
-  std::vector<std::string> a = {"-b",        std::to_string(o.min_bytes),
-                                "-e",        std::to_string(o.max_bytes),
-                                "-f",        std::to_string(o.factor),
-                                "-n",        std::to_string(o.iters),
-                                "-w",        std::to_string(o.warmup),
-                                "--repeats", std::to_string(o.repeats),
-                                "-d",        std::string(dtype_name(o.dtype)),
-                                "-o",        std::string(reduce_op_name(o.redop)),
-                                "-r",        std::to_string(o.root),
-                                "-c",        o.check ? "1" : "0",
-                                "--backend", o.backend};
+  std::vector<std::string> a = {
+      "-b", std::to_string(o.min_bytes),      "-e",        std::to_string(o.max_bytes),
+      "-f", std::to_string(o.factor),         "-n",        std::to_string(o.iters),
+      "-w", std::to_string(o.warmup),         "--repeats", std::to_string(o.repeats),
+      "-d", std::string(dtype_name(o.dtype)), "-o",        std::string(reduce_op_name(o.redop)),
+      "-r", std::to_string(o.root),           "-c",        o.check ? "1" : "0",
+      "-R", o.shared_buffers ? "1" : "0",     "--backend", o.backend};
   if (!o.json_path.empty()) a.insert(a.end(), {"-J", o.json_path});
   for (Op op : o.ops) a.insert(a.end(), {"--op", std::string(op_name(op))});
   for (const std::string& p : o.peers) a.insert(a.end(), {"--peer", p});

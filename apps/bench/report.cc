@@ -74,6 +74,9 @@ std::string format_preamble(const BenchOptions& o, const std::string& library, i
              "%d iters: %d agg iters: 1 validation: %d graph: 0\n",
              static_cast<long long>(o.min_bytes), static_cast<long long>(o.max_bytes),
              static_cast<long long>(o.factor), o.warmup, o.iters, o.check ? 1 : 0) +
+         fmt("# buffers: %s\n", o.shared_buffers
+                                    ? "the library's shared allocator where it has one (-R 1)"
+                                    : "malloc (-R 0)") +
          fmt("# time: median of %d timed loops of %d iterations, averaged over ranks\n", o.repeats,
              o.iters);
 }

@@ -14,14 +14,29 @@
 namespace braid::bench {
 namespace {
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+// Frees with free(), or through the library that handed the block out (-R 1).
+struct BufferDeleter {
+  Collectives* lib = nullptr;
+  void operator()(unsigned char* p) const {
+    if (lib) {
+      lib->release_shared(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using Buffer = std::unique_ptr<unsigned char, FreeDeleter>;
+using Buffer = std::unique_ptr<unsigned char, BufferDeleter>;
 
-// Page-aligned and touched, so no page fault lands inside a timed loop.
-Buffer make_buffer(int64_t bytes) {
+// Page-aligned (or from the library's shared allocator with -R 1, where it has one) and
+// touched, so no page fault lands inside a timed loop.
+Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
   const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
+  if (shared) {
+    if (void* p = lib.allocate_shared(size)) {
+      std::memset(p, 0, size);
+      return Buffer(static_cast<unsigned char*>(p), BufferDeleter{&lib});
+    }
+  }
   void* p = std::aligned_alloc(4096, size);
   BRAID_CHECK(p != nullptr, kOutOfMemory, "braid bench: cannot allocate a buffer of ", size,
               " bytes");
@@ -63,8 +78,11 @@ class Runner {
     n_ = lib.size();
     elem_ = dtype_size(o.dtype);
     const int64_t max_count = count_for(op, o.max_bytes, o.dtype, n_);
-    bufs_.send = make_buffer(input_elements(op, max_count, n_) * static_cast<int64_t>(elem_));
-    bufs_.recv = make_buffer(result_elements(op, max_count, n_) * static_cast<int64_t>(elem_));
+    const bool shared = o.shared_buffers;
+    bufs_.send =
+        make_buffer(input_elements(op, max_count, n_) * static_cast<int64_t>(elem_), lib, shared);
+    bufs_.recv =
+        make_buffer(result_elements(op, max_count, n_) * static_cast<int64_t>(elem_), lib, shared);
   }
 
   void warmup(int64_t bytes) {

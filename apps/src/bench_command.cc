@@ -14,6 +14,7 @@ struct RawBenchOptions {
   std::string min_bytes = "32M", max_bytes = "32M", dtype = "float", redop = "sum";
   std::vector<std::string> ops;
   int check = 1;
+  int shared = 0;
 };
 
 }  // namespace
@@ -43,6 +44,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--root", o->root, "Root rank of broadcast and reduce")->capture_default_str();
   cmd->add_option("-c,--check", raw->check, "1: check results (#wrong), 0: do not")
       ->capture_default_str();
+  cmd->add_option("-R,--shared-buffers", raw->shared,
+                  "1: buffers from the backend's shared allocator (shm: zero-copy), 0: malloc")
+      ->capture_default_str();
   cmd->add_option("-J,--json", o->json_path, "Also write the results to this JSON file");
   cmd->add_option("--op", raw->ops,
                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all "
@@ -57,6 +61,7 @@ void add_bench_command(CLI::App& app) {
     o->dtype = bench::parse_bench_dtype(raw->dtype);
     o->redop = bench::parse_redop(raw->redop);
     o->check = raw->check != 0;
+    o->shared_buffers = raw->shared != 0;
     if (!raw->ops.empty()) {
       o->ops.clear();
       for (const std::string& s : raw->ops) {

@@ -7,8 +7,12 @@
 #include <sstream>
 
 #include "braid/comm/backend.h"
+#include "braid/core/config.h"
 #include "braid/core/error.h"
 #include "shm_backend.h"
+#if BRAID_HAVE_MPI
+#include "mpi_backend.h"
+#endif
 
 namespace braid {
 namespace {
@@ -29,6 +33,9 @@ void register_builtin_backends() {
   } scope;
   // Backends compiled into this build register here, one line each.
   register_shm_backend();
+#if BRAID_HAVE_MPI
+  register_mpi_backend();
+#endif
 }
 
 Registry& registry() {

@@ -25,9 +25,11 @@ uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
   return h;
 }
 
-template <typename T>
-uint64_t fnv1a(uint64_t h, const T& value) {
-  return fnv1a(h, &value, sizeof(value));
+// splitmix64's finalizer: every input bit affects every output bit.
+uint64_t mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 bool is_reducing(CollectiveKind k) {
@@ -116,12 +118,11 @@ std::chrono::milliseconds ProcessGroup::Impl::resolve_timeout(const CallOptions&
 uint64_t ProcessGroup::Impl::signature(const CollectiveDesc& desc) const {
   // Fields that differ legitimately between ranks are left out: op for kinds that do not
   // reduce, root for kinds without one, the peer of send / recv.
-  uint64_t h = fnv1a(kFnvOffset, id.data(), id.size());
-  h = fnv1a(h, static_cast<uint8_t>(desc.kind));
-  h = fnv1a(h, static_cast<uint8_t>(desc.dtype));
-  h = fnv1a(h, desc.count);
-  h = fnv1a(h, static_cast<uint8_t>(is_reducing(desc.kind) ? desc.op : ReduceOp::kSum));
-  h = fnv1a(h, is_rooted(desc.kind) ? desc.root : 0);
+  const uint64_t op = static_cast<uint8_t>(is_reducing(desc.kind) ? desc.op : ReduceOp::kSum);
+  const uint64_t root = static_cast<uint32_t>(is_rooted(desc.kind) ? desc.root : 0);
+  const uint64_t small = static_cast<uint64_t>(desc.kind) |
+                         uint64_t{static_cast<uint8_t>(desc.dtype)} << 8 | op << 16 | root << 32;
+  const uint64_t h = mix(mix(id_hash ^ small) ^ static_cast<uint64_t>(desc.count));
   return h;
 }
 
@@ -135,7 +136,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
   desc.signature = signature(desc);
   debug_check(desc, rec);
   BRAID_LOG(kTrace) << collective_name(desc.kind) << " #" << desc.seq << " on group " << id << ": "
-                    << rec.text;
+                    << call_text(desc, rec);
   std::shared_ptr<Work> work = backend->run(desc);
   BRAID_ASSERT(work != nullptr, "backend '", backend_name, "' returned a null Work for ",
                collective_name(desc.kind), " #", desc.seq);
@@ -171,6 +172,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   BRAID_CHECK(!options.backend.empty(), kInvalidArgument,
               "ProcessGroupOptions.backend is empty; name one of backend_names()");
   g->id = "0";
+  g->id_hash = fnv1a(kFnvOffset, g->id.data(), g->id.size());
   g->rank = rank;
   g->size = size;
   g->world_rank = rank;
@@ -217,6 +219,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
 
   auto g = std::make_unique<Impl>();
   g->id = child_id;
+  g->id_hash = fnv1a(kFnvOffset, g->id.data(), g->id.size());
   g->world_rank = parent.world_rank;
   for (int r : ranks) g->global_ranks.push_back(parent.global_ranks[r]);
   g->size = static_cast<int>(ranks.size());

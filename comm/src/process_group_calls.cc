@@ -64,16 +64,7 @@ void check_blocks(const Tensor& big, const Tensor& block, int size, std::string_
 }
 
 CallRecord record(const CollectiveDesc& d, const Shape* shape) {
-  std::ostringstream out;
-  out << collective_name(d.kind);
-  if (d.kind != Kind::kBarrier) out << " dtype=" << dtype_name(d.dtype) << " count=" << d.count;
-  if (is_reducing(d.kind)) {
-    out << " op=" << reduce_op_name(d.op);
-    if (d.op == ReduceOp::kPremulSum) out << '(' << d.premul_factor << ')';
-  }
-  if (is_rooted(d.kind)) out << " root=" << d.root;
-  if (shape) out << " shape=" << shape_str(*shape);
-  return {out.str(), d.kind != Kind::kSend && d.kind != Kind::kRecv};
+  return {shape, d.kind != Kind::kSend && d.kind != Kind::kRecv};
 }
 
 CollectiveDesc desc_for(Kind kind, const Tensor& t, const CallOptions& o) {
@@ -409,15 +400,36 @@ void check_v_vector(const std::vector<int64_t>& v, int size, std::string_view na
 
 }  // namespace
 
+std::string call_text(const CollectiveDesc& d, const CallRecord& rec) {
+  std::ostringstream out;
+  out << collective_name(d.kind);
+  if (d.kind != Kind::kBarrier) out << " dtype=" << dtype_name(d.dtype) << " count=" << d.count;
+  if (is_reducing(d.kind)) {
+    out << " op=" << reduce_op_name(d.op);
+    if (d.op == ReduceOp::kPremulSum) out << '(' << d.premul_factor << ')';
+  }
+  if (is_rooted(d.kind)) out << " root=" << d.root;
+  if (rec.shape) out << " shape=" << shape_str(*rec.shape);
+  return out.str();
+}
+
 std::shared_ptr<Work> ProcessGroup::run(CollectiveDesc desc, const CallOptions& o) {
-  const std::string op = "run(" + std::string(collective_name(desc.kind)) + ")";
-  impl_->require_member(op);
-  BRAID_CHECK(desc.count >= 0, kInvalidArgument, op, ": count ", desc.count,
+  // "run(all_reduce)": built by the checks' messages only, a string per call would cost more
+  // than a small collective.
+  struct OpName {
+    Kind kind;
+    operator std::string() const { return "run(" + std::string(collective_name(kind)) + ")"; }
+  } op{desc.kind};
+  if (!impl_->member()) impl_->require_member(std::string(op));
+  BRAID_CHECK(desc.count >= 0, kInvalidArgument, std::string(op), ": count ", desc.count,
               " is negative (counts are elements)");
-  if (is_rooted(desc.kind)) check_rank_arg(desc.root, size(), op, "root");
+  auto in_group = [&](int r) { return r >= 0 && r < size(); };
+  if (is_rooted(desc.kind) && !in_group(desc.root)) {
+    check_rank_arg(desc.root, size(), std::string(op), "root");
+  }
   if (desc.kind == Kind::kSend || desc.kind == Kind::kRecv) {
-    check_rank_arg(desc.peer, size(), op, "peer");
-    BRAID_CHECK(desc.peer != rank(), kInvalidArgument, op, ": peer ", desc.peer,
+    if (!in_group(desc.peer)) check_rank_arg(desc.peer, size(), std::string(op), "peer");
+    BRAID_CHECK(desc.peer != rank(), kInvalidArgument, std::string(op), ": peer ", desc.peer,
                 " is this rank itself");
   }
   if (desc.kind == Kind::kAllToAllV) {
@@ -428,16 +440,16 @@ std::shared_ptr<Work> ProcessGroup::run(CollectiveDesc desc, const CallOptions& 
   }
   const bool has_data = desc.kind == Kind::kAllToAllV || desc.count > 0;
   if (has_data) {
-    BRAID_CHECK(!needs_send(desc, rank()) || desc.send != nullptr, kInvalidArgument, op,
-                ": send buffer is null with count ", desc.count);
-    BRAID_CHECK(!needs_recv(desc, rank()) || desc.recv != nullptr, kInvalidArgument, op,
-                ": recv buffer is null with count ", desc.count);
+    BRAID_CHECK(!needs_send(desc, rank()) || desc.send != nullptr, kInvalidArgument,
+                std::string(op), ": send buffer is null with count ", desc.count);
+    BRAID_CHECK(!needs_recv(desc, rank()) || desc.recv != nullptr, kInvalidArgument,
+                std::string(op), ": recv buffer is null with count ", desc.count);
   }
   // A timeout already in the descriptor counts as the call's own unless the options give one.
   CallOptions resolved = o;
   if (!resolved.timeout && desc.timeout.count() > 0) resolved.timeout = desc.timeout;
   const CallRecord rec = record(desc, nullptr);
-  return impl_->submit(desc, resolved, rec);
+  return impl_->submit(std::move(desc), resolved, rec);
 }
 
 }  // namespace braid

@@ -81,8 +81,8 @@ void ProcessGroup::Impl::debug_check(const CollectiveDesc& desc, const CallRecor
   what << collective_name(desc.kind) << " #" << desc.seq << " on " << describe()
        << " (BRAID_DEBUG_MODE check)";
   const std::string key = "debug/" + std::to_string(desc.seq);
-  auto values =
-      exchange_values(*store, key, rec.text, rank, global_ranks, desc.timeout, what.str());
+  auto values = exchange_values(*store, key, call_text(desc, rec), rank, global_ranks, desc.timeout,
+                                what.str());
   require_same(values, global_ranks, what.str(), "the call");
 }
 

@@ -18,10 +18,15 @@ namespace braid {
 
 // What one rank saw of a call, for the debug-mode comparison: only the fields every rank must
 // agree on for that kind ("all_reduce dtype=f32 count=6 op=sum shape=[2, 3]").
+// What a call looked like to its caller, for BRAID_DEBUG_MODE and trace logs. Formatted only
+// when one of them asks (call_text): a string per call would cost more than a small collective.
 struct CallRecord {
-  std::string text;
+  const Shape* shape = nullptr;    // the caller's tensor shape; lives until submit returns
   bool check_across_ranks = true;  // false for send / recv (pairs, not the whole group)
 };
+
+// "all_reduce dtype=float32 count=6 op=sum shape=[2, 3]"
+std::string call_text(const CollectiveDesc& desc, const CallRecord& rec);
 
 struct ProcessGroup::Impl {
   std::string id;                     // "0" for the world group, "0.1", "0.1.2" for subgroups
@@ -36,6 +41,7 @@ struct ProcessGroup::Impl {
   std::chrono::milliseconds timeout{0};
   bool debug_mode = false;
   std::atomic<uint64_t> seq{0};
+  uint64_t id_hash = 0;  // FNV-1a of id: where every call's signature starts
   std::atomic<uint64_t> children{0};
 
   bool member() const { return rank >= 0; }

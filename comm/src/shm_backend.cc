@@ -12,8 +12,8 @@
 
 #include "braid/comm/store.h"
 #include "braid/comm/work.h"
+#include "fold.h"
 #include "shm_group.h"
-#include "shm_reduce.h"
 
 namespace braid {
 namespace {
@@ -22,8 +22,10 @@ namespace {
 // from ~10 to ~140 cycles depending on the CPU, and 2000 of them held a core for ~50 us,
 // the very core a peer needed when ranks outnumber cores.
 constexpr std::chrono::microseconds kSpinTime{20};   // pause loop, only while ranks <= cores
+constexpr std::chrono::nanoseconds kMinSpin{500};    // the adaptive spin's floor
 constexpr std::chrono::microseconds kYieldTime{50};  // sched_yield: lets a co-scheduled peer run
 constexpr int kPollsPerClockRead = 16;
+constexpr int kPollsBeforeClock = 64;  // ~1-5 us of pause, within any spin budget
 constexpr std::chrono::milliseconds kSlice{50};
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 
@@ -92,6 +94,8 @@ ShmOptions shm_options_from_env() {
   o.oneshot_bytes = env_bytes("BRAID_SHM_ONESHOT_BYTES", o.oneshot_bytes, 0);
   o.arena_bytes = env_bytes("BRAID_SHM_ARENA_BYTES", o.arena_bytes, 0);
   o.zerocopy_bytes = env_bytes("BRAID_SHM_ZEROCOPY_BYTES", o.zerocopy_bytes, 0);
+  o.chunk_bytes = env_bytes("BRAID_SHM_CHUNK_BYTES", o.chunk_bytes, 64);
+  o.nontemporal_bytes = env_bytes("BRAID_SHM_NONTEMPORAL_BYTES", o.nontemporal_bytes, 0);
   if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
     BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
                 "environment variable BRAID_SHM_ALGO='", algo,
@@ -141,7 +145,8 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                              std::to_string(g_segment_counter.fetch_add(1));
     SegmentConfig config{options.slot_bytes,    options.mailbox_bytes,
                          options.oneshot_bytes, static_cast<uint32_t>(options.algo),
-                         options.arena_bytes,   options.zerocopy_bytes};
+                         options.arena_bytes,   options.zerocopy_bytes,
+                         options.chunk_bytes,   options.nontemporal_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -151,6 +156,8 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   }
   seg_->control(me_).pid.store(getpid(), std::memory_order_release);
   seg_->mark_mapped();
+  area_bytes_ = (seg_->header().slot_bytes / 4) & ~uint64_t{63};
+  inputs_.resize(n_);
   init_arena();
 }
 
@@ -232,10 +239,7 @@ void ShmGroup::dispatch(const CollectiveDesc& desc) {
 Call ShmGroup::begin_call(const CollectiveDesc& desc, bool collective) {
   auto timeout = desc.timeout.count() > 0 ? desc.timeout : context_.timeout;
   if (timeout.count() <= 0) timeout = kDefaultTimeout;
-  Call c{.desc = desc,
-         .deadline = std::chrono::steady_clock::now() + timeout,
-         .timeout = timeout,
-         .factors = {}};
+  Call c{.desc = desc, .deadline = {}, .timeout = timeout, .factors = {}};
   if (collective) c.index = ++calls_;  // p2p calls do not advance the group's collectives
   return c;
 }
@@ -243,7 +247,7 @@ Call ShmGroup::begin_call(const CollectiveDesc& desc, bool collective) {
 void ShmGroup::leave_after_error(ErrorKind kind) {
   ControlBlock& mine = seg_->control(me_);
   mine.aborted.store(1 + static_cast<uint32_t>(kind), std::memory_order_seq_cst);
-  futex_wake_all(mine.epoch);
+  for (StepLine& line : mine.step) futex_wake_all(line.epoch);
   for (int p = 0; p < n_; ++p) {
     futex_wake_all(seg_->mailbox(me_, p).posted);
     futex_wake_all(seg_->mailbox(p, me_).taken);
@@ -256,14 +260,34 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
                              std::atomic<uint32_t>& waiters, uint32_t target) {
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
   if (reached(word.load(std::memory_order_acquire))) return;
-  // With more ranks than CPUs the awaited peer may need this very core: skip the pause loop.
-  const auto spin = n_ <= usable_cpus() ? kSpinTime : std::chrono::microseconds{0};
-  const auto start = std::chrono::steady_clock::now();
-  for (auto now = start; now - start < spin; now = std::chrono::steady_clock::now()) {
-    for (int i = 0; i < kPollsPerClockRead; ++i) {
-      if (reached(word.load(std::memory_order_acquire))) return;
+  // A peer in step with this rank arrives within a few hundred ns: poll before the first
+  // clock read, which costs more than the wait it would time.
+  if (n_ <= usable_cpus()) {
+    for (int i = 0; i < kPollsBeforeClock; ++i) {
       cpu_relax();
+      if (reached(word.load(std::memory_order_acquire))) return;
     }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  // The deadline runs from the call's first wait for a peer: what comes before is this rank's
+  // own copying, and reading the clock at every call would cost a fair part of a small one.
+  if (c.deadline == std::chrono::steady_clock::time_point{}) c.deadline = start + c.timeout;
+  // With more ranks than CPUs the awaited peer may need this very core: no pause loop. Else
+  // spin up to spin_ns_, which adapts: it doubles (up to kSpinTime) when a spin sees the peer
+  // arrive and halves when it runs out, so a peer kept off its core by other processes soon
+  // costs a yield instead of a whole spin.
+  if (n_ <= usable_cpus() && spin_ns_ > 0) {
+    const auto spin = std::chrono::nanoseconds(spin_ns_);
+    for (auto now = start; now - start < spin; now = std::chrono::steady_clock::now()) {
+      for (int i = 0; i < kPollsPerClockRead; ++i) {
+        if (reached(word.load(std::memory_order_acquire))) {
+          spin_ns_ = std::min<int64_t>(2 * spin_ns_, kSpinTime.count() * 1000);
+          return;
+        }
+        cpu_relax();
+      }
+    }
+    spin_ns_ = std::max<int64_t>(spin_ns_ / 2, kMinSpin.count());
   }
   // The peer is late: maybe it waits for a core this rank holds. Yielding hands the core over
   // when something else is runnable on it and returns at once when not (then it is a spin).
@@ -309,8 +333,8 @@ void ShmGroup::wait_all(Call& c, uint32_t target) {
   c.target = target;
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
-    ControlBlock& cb = seg_->control(p);
-    wait_at_least(c, p, cb.epoch, cb.epoch_waiters, target);
+    StepLine& line = step_line(p);
+    wait_at_least(c, p, line.epoch, line.waiters, target);
   }
 }
 
@@ -321,7 +345,7 @@ void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
     missing.clear();
     const uint32_t target = c.target;
     for (int p = 0; p < n_; ++p) {
-      const uint32_t e = seg_->control(p).epoch.load(std::memory_order_acquire);
+      const uint32_t e = step_line(p).epoch.load(std::memory_order_acquire);
       if (p != me_ && static_cast<int32_t>(e - target) < 0) missing.push_back(p);
     }
     if (missing.empty()) missing = missing_hint;

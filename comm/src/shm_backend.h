@@ -13,16 +13,26 @@ namespace braid {
 
 // Which all-reduce / reduce algorithm to run (docs/shm.md, "Algorithms").
 enum class ShmAlgo : uint8_t {
-  kAuto = 0,           // one-shot up to oneshot_bytes (or for 2 ranks), else reduce-scatter
-  kOneShot = 1,        // every rank folds every slot
+  kAuto = 0,           // one-shot up to oneshot_bytes (see ShmOptions), else reduce-scatter
+  kOneShot = 1,        // every rank folds every rank's chunk
   kReduceScatter = 2,  // rank r folds stripe r of each chunk, then all gather the stripes
 };
 
 struct ShmOptions {
-  uint64_t slot_bytes = uint64_t{4} << 20;       // per-rank staging slot (BRAID_SHM_SLOT_BYTES)
-  uint64_t mailbox_bytes = uint64_t{64} << 10;   // per ordered pair (BRAID_SHM_MAILBOX_BYTES)
-  uint64_t oneshot_bytes = uint64_t{256} << 10;  // kAuto threshold (BRAID_SHM_ONESHOT_BYTES)
-  ShmAlgo algo = ShmAlgo::kAuto;                 // BRAID_SHM_ALGO: auto, oneshot, rs
+  // Per-rank staging ring (BRAID_SHM_SLOT_BYTES); a step stages at most a quarter of it.
+  uint64_t slot_bytes = uint64_t{2} << 20;
+  uint64_t mailbox_bytes = uint64_t{64} << 10;  // per ordered pair (BRAID_SHM_MAILBOX_BYTES)
+  // kAuto: the largest all_reduce / reduce (bytes) that runs one-shot (BRAID_SHM_ONESHOT_BYTES).
+  // 0: 16 KiB, and 4 MiB for two ranks (where both algorithms move the same bytes and one-shot
+  // needs one pass fewer; docs/shm.md, "Algorithms").
+  uint64_t oneshot_bytes = 0;
+  // Most bytes of a message one pipelined step moves (BRAID_SHM_CHUNK_BYTES; also capped by
+  // the slot): small enough that a step's data stays in the caches between the ranks.
+  uint64_t chunk_bytes = uint64_t{256} << 10;
+  // Smallest result (bytes per rank) that all_reduce / all_gather / broadcast write into the
+  // caller's buffer with streaming stores (BRAID_SHM_NONTEMPORAL_BYTES).
+  uint64_t nontemporal_bytes = uint64_t{8} << 20;
+  ShmAlgo algo = ShmAlgo::kAuto;  // BRAID_SHM_ALGO: auto, oneshot, rs
   // Per-rank arena that allocate() hands out (BRAID_SHM_ARENA_BYTES; rounded up to the page
   // size; 0: no arena, allocate() returns nullptr). Address space only until allocated.
   uint64_t arena_bytes = uint64_t{256} << 20;

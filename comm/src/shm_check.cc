@@ -1,6 +1,8 @@
 // The shm backend's cross-rank check (always on; docs/shm.md, "Cross-rank check"): at the
 // first step of every collective each rank publishes the call it entered (its index among
-// this group's collectives, kind, dtype, count, op, root) in its control block; after the
+// this group's collectives, kind, dtype, count, op, root) in the step line it is about to mark
+// ready, and its premul_sum factor and arena offsets in the call words of the call's parity (a
+// peer may already publish its next call); after the
 // step's ready wait every rank compares every peer's call with its own, so a mismatch is an
 // error naming both ranks and both calls before anyone reads a peer's data. The same step
 // shares the premul_sum factors and the all_to_all_v counts.
@@ -32,14 +34,14 @@ struct PublishedCall {
   int root;
 };
 
-PublishedCall read_call(const ControlBlock& cb) {
-  return {cb.call_index.load(std::memory_order_relaxed),
-          cb.seq.load(std::memory_order_relaxed),
-          cb.count.load(std::memory_order_relaxed),
-          static_cast<CollectiveKind>(cb.kind.load(std::memory_order_relaxed)),
-          static_cast<DType>(cb.dtype.load(std::memory_order_relaxed)),
-          static_cast<ReduceOp>(cb.op.load(std::memory_order_relaxed)),
-          cb.root.load(std::memory_order_relaxed)};
+PublishedCall read_call(const StepLine& line) {
+  return {line.call_index,
+          line.seq,
+          line.count,
+          static_cast<CollectiveKind>(line.kind),
+          static_cast<DType>(line.dtype),
+          static_cast<ReduceOp>(line.op),
+          line.root};
 }
 
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier".
@@ -67,26 +69,27 @@ bool same_call(const PublishedCall& a, const PublishedCall& b) {
 }  // namespace
 
 void ShmGroup::publish_call(Call& c) {
-  ControlBlock& cb = seg_->control(me_);
+  StepLine& line = step_line(me_);
   const CollectiveDesc& d = c.desc;
-  cb.call_index.store(c.index, std::memory_order_relaxed);
-  cb.seq.store(d.seq, std::memory_order_relaxed);
-  cb.count.store(d.count, std::memory_order_relaxed);
-  cb.kind.store(static_cast<uint32_t>(d.kind), std::memory_order_relaxed);
-  cb.dtype.store(static_cast<uint32_t>(d.dtype), std::memory_order_relaxed);
-  cb.op.store(static_cast<uint32_t>(d.op), std::memory_order_relaxed);
-  cb.root.store(d.root, std::memory_order_relaxed);
-  cb.premul_bits.store(std::bit_cast<uint64_t>(d.premul_factor), std::memory_order_relaxed);
-  cb.send_arena_off.store(c.send_off, std::memory_order_relaxed);
-  cb.recv_arena_off.store(c.recv_off, std::memory_order_relaxed);
+  line.call_index = c.index;
+  line.seq = d.seq;
+  line.count = d.count;
+  line.kind = static_cast<uint8_t>(d.kind);
+  line.dtype = static_cast<uint8_t>(d.dtype);
+  line.op = static_cast<uint8_t>(d.op);
+  line.root = d.root;
+  CallWords& words = call_words(me_, c);
+  words.premul_bits.store(std::bit_cast<uint64_t>(d.premul_factor), std::memory_order_relaxed);
+  words.send_arena_off.store(c.send_off, std::memory_order_relaxed);
+  words.recv_arena_off.store(c.recv_off, std::memory_order_relaxed);
   // The release store of the ready epoch that follows makes these visible to the peers.
 }
 
 void ShmGroup::verify_call(Call& c) {
-  const PublishedCall mine = read_call(seg_->control(me_));
+  const PublishedCall mine = read_call(step_line(me_));
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
-    const PublishedCall theirs = read_call(seg_->control(p));
+    const PublishedCall theirs = read_call(step_line(p));
     BRAID_CHECK(same_call(mine, theirs), kInvalidArgument,
                 "shm: collective mismatch at group call #", mine.index, ": group rank ", me_,
                 " (world rank ", context_.global_ranks[me_], ") called ", describe(mine), " (seq ",
@@ -100,7 +103,7 @@ void ShmGroup::verify_call(Call& c) {
     c.factors.resize(n_);
     for (int p = 0; p < n_; ++p) {
       c.factors[p] =
-          std::bit_cast<double>(seg_->control(p).premul_bits.load(std::memory_order_relaxed));
+          std::bit_cast<double>(call_words(p, c).premul_bits.load(std::memory_order_relaxed));
     }
   }
 }

@@ -1,19 +1,32 @@
 // The shm collectives, each a sequence of steps of Note [Step protocol] (shm_group.h) over
-// the per-rank slots; docs/shm.md, "Algorithms", gives each one's bytes moved. Every
+// the per-rank areas; docs/shm.md, "Algorithms", gives each one's bytes moved. Every
 // reduction goes through Folder (rank order, accumulation type), so the bits do not depend
-// on the algorithm or the chunk size.
+// on the algorithm or the chunk size. A rank reads its own contribution from the caller's
+// buffer, never from its area: staging is only for what peers read.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include "braid/kernels/cpu.h"
+#include "fold.h"
 #include "shm_group.h"
-#include "shm_reduce.h"
 
 namespace braid::shm {
 namespace {
 
 void copy(void* dst, const void* src, int64_t bytes) {
-  if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
+  if (bytes > 0 && dst != src) fast_copy(dst, src, static_cast<size_t>(bytes));
+}
+
+// Into the caller's result buffer: with streaming stores when the message is large (its lines
+// would only evict the areas the next steps need).
+void copy_out(void* dst, const void* src, int64_t bytes, bool stream) {
+  if (bytes <= 0 || dst == src) return;
+  if (stream) {
+    kernels::cpu::copy_nontemporal(dst, src, bytes);
+  } else {
+    fast_copy(dst, src, static_cast<size_t>(bytes));
+  }
 }
 
 const uint8_t* at(const void* base, int64_t elems, int64_t esize) {
@@ -23,166 +36,219 @@ uint8_t* at(void* base, int64_t elems, int64_t esize) {
   return static_cast<uint8_t*>(base) + elems * esize;
 }
 
+// kAuto's one-shot limits when ShmOptions::oneshot_bytes is 0 (measured: docs/shm.md).
+constexpr uint64_t kOneShotBytes = uint64_t{16} << 10;
+constexpr uint64_t kTwoRankOneShotBytes = uint64_t{4} << 20;
+
+// Start of rank r's stripe of a chunk of `len` elements split n ways.
+int64_t stripe_lo(int64_t len, int r, int n) {
+  return len * r / n;
+}
+
 }  // namespace
 
 uint64_t ShmGroup::sub_slot_bytes() const {
-  return (seg_->header().slot_bytes / static_cast<uint64_t>(n_)) & ~uint64_t{7};
+  return (area_bytes_ / static_cast<uint64_t>(n_)) & ~uint64_t{7};
+}
+
+int64_t ShmGroup::chunk_elems(int64_t capacity_elems, int64_t es) const {
+  const int64_t limit = std::max<int64_t>(1, static_cast<int64_t>(seg_->header().chunk_bytes) / es);
+  int64_t chunk = std::min(capacity_elems, limit);
+  if (chunk >= 64) chunk &= ~int64_t{15};  // whole cache lines for 4-byte types
+  return std::max<int64_t>(chunk, 1);
 }
 
 void ShmGroup::all_reduce(Call& c) {
-  if (zero_copy(c)) return;
   const SegmentHeader& h = seg_->header();
   const int64_t bytes = c.desc.count * static_cast<int64_t>(dtype_size(c.desc.dtype));
   const auto algo = static_cast<ShmAlgo>(h.algo);
-  const bool one_shot =
-      algo == ShmAlgo::kOneShot ||
-      (algo == ShmAlgo::kAuto && (bytes <= static_cast<int64_t>(h.oneshot_bytes) || n_ <= 2));
-  if (one_shot) {
-    reduce_one_shot(c);
-  } else {
-    reduce_stripes(c);
-  }
+  uint64_t limit = h.oneshot_bytes;
+  if (limit == 0) limit = n_ == 2 ? kTwoRankOneShotBytes : kOneShotBytes;
+  const bool one_shot = n_ == 1 || algo == ShmAlgo::kOneShot ||
+                        (algo == ShmAlgo::kAuto && bytes <= static_cast<int64_t>(limit));
+  with_zero_copy(c, [&] {
+    if (one_shot) {
+      reduce_one_shot(c);
+    } else {
+      reduce_two_shot(c);
+    }
+  });
 }
 
-// Every rank copies a chunk into its slot; every rank that needs the result folds all slots.
+// Every rank stages a chunk; every rank that needs the result folds all of them (its own from
+// the caller's buffer). One step per chunk: the fastest for small messages.
 void ShmGroup::reduce_one_shot(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const int64_t chunk = static_cast<int64_t>(seg_->header().slot_bytes) / es;
+  const int64_t chunk = static_cast<int64_t>(area_bytes_) / es;
   const bool wants_result = d.kind == CollectiveKind::kAllReduce || me_ == d.root;
   std::optional<Folder> folder;
-  std::vector<const void*> inputs(n_);
-  for (int p = 0; p < n_; ++p) inputs[p] = seg_->slot(p);
+  std::vector<const void*>& inputs = inputs_;
   const int64_t steps = steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
     step(
-        c, [&] { copy(seg_->slot(me_), at(d.send, off, es), m * es); },
+        c, area_size(m * es),
+        [&] {
+          if (n_ > 1) copy(staging(me_, m * es), at(d.send, off, es), m * es);
+        },
         [&] {
           if (!wants_result || m <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_);
+          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          for (int p = 0; p < n_; ++p) {
+            inputs[p] = p == me_ ? at(d.send, off, es) : staging(p, m * es);
+          }
           folder->fold(inputs.data(), n_, m, at(d.recv, off, es));
         });
+    if (c.stop()) return;
   }
 }
 
-// Pipelined over chunks: step k stages chunk k in the front of every slot and folds this
-// rank's stripe of it, and in the same step publishes the stripe of chunk k-1 (folded in step
-// k-1) in the back of the slot and gathers chunk k-1's stripes: K chunks take K+1 steps, not
-// 2K. Each area is written and read within one step, so the step protocol keeps them safe.
-void ShmGroup::reduce_stripes(Call& c) {
+// Reduce-scatter then all-gather, pipelined over chunks: step k stages chunk k's stripes for the
+// other ranks and folds this rank's stripe of chunk k (its own part straight from the caller's
+// buffer) into the results part of its area; in the same step every rank copies all folded
+// stripes of chunk k-1 out of the results parts of the previous step's areas. K chunks take
+// K+1 steps. The previous step's area is not rewritten before step k+1 (Note [Staging ring]).
+void ShmGroup::reduce_two_shot(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const int64_t cap = static_cast<int64_t>(seg_->header().slot_bytes) / es;
-  // chunk + (chunk / n + 1) <= cap: the staged chunk and the largest stripe share the slot.
-  int64_t chunk = (cap - 1) * n_ / (n_ + 1);
-  if (chunk >= 16) chunk &= ~int64_t{15};  // keeps the result area 64-byte aligned for f32
-  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t cap = static_cast<int64_t>(area_bytes_) / es;
+  // chunk + (chunk / n + 1) <= cap: the staged chunk and the largest stripe share the area.
+  const int64_t chunk = chunk_elems((cap - 1) * n_ / (n_ + 1), es);
   const bool wants_result = d.kind == CollectiveKind::kAllReduce || me_ == d.root;
+  const bool stream = d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
   std::optional<Folder> folder;
-  std::vector<uint8_t> stripe(static_cast<size_t>((chunk / n_ + 1) * es));
-  std::vector<const void*> inputs(n_);
-  auto result_area = [&](int p) { return seg_->slot(p) + chunk * es; };
+  std::vector<const void*>& inputs = inputs_;
   const int64_t chunks = steps_for(d.count, chunk);
   for (int64_t k = 0; k <= chunks; ++k) {
     const int64_t off = k * chunk, m = k < chunks ? std::min(chunk, d.count - off) : 0;
     const int64_t prev_off = off - chunk, prev_m = k > 0 ? std::min(chunk, d.count - prev_off) : 0;
-    auto lo = [&](int64_t len, int r) { return len * r / n_; };
+    auto lo = [&](int64_t len, int r) { return stripe_lo(len, r, n_); };
     const int64_t my_lo = lo(m, me_), my_len = lo(m, me_ + 1) - my_lo;
-    const int64_t prev_lo = lo(prev_m, me_), prev_len = lo(prev_m, me_ + 1) - prev_lo;
     step(
-        c,
+        c, static_cast<uint64_t>((chunk + chunk / n_ + 1) * es),
         [&] {
-          if (k < chunks) copy(seg_->slot(me_), at(d.send, off, es), m * es);
-          if (k > 0) copy(result_area(me_), stripe.data(), prev_len * es);
+          for (int p = 0; p < n_ && k < chunks; ++p) {
+            if (p == me_) continue;
+            const int64_t p_lo = lo(m, p);
+            copy(at(area(me_), p_lo, es), at(d.send, off + p_lo, es), (lo(m, p + 1) - p_lo) * es);
+          }
         },
         [&] {
           if (k > 0 && wants_result) {
             for (int p = 0; p < n_; ++p) {
-              copy(at(d.recv, prev_off + lo(prev_m, p), es), result_area(p),
-                   (lo(prev_m, p + 1) - lo(prev_m, p)) * es);
+              const int64_t p_lo = lo(prev_m, p);
+              copy_out(at(d.recv, prev_off + p_lo, es), at(prev_area(p), chunk, es),
+                       (lo(prev_m, p + 1) - p_lo) * es, stream);
             }
           }
           if (k == chunks || my_len <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_);
-          for (int p = 0; p < n_; ++p) inputs[p] = at(seg_->slot(p), my_lo, es);
-          folder->fold(inputs.data(), n_, my_len, stripe.data());
+          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          for (int p = 0; p < n_; ++p) {
+            inputs[p] = p == me_ ? at(d.send, off + my_lo, es) : at(area(p), my_lo, es);
+          }
+          folder->fold(inputs.data(), n_, my_len, at(area(me_), chunk, es));
         });
+    if (c.stop()) return;
   }
 }
 
 void ShmGroup::broadcast(Call& c) {
-  if (zero_copy(c)) return;
+  with_zero_copy(c, [&] { broadcast_slots(c); });
+}
+
+void ShmGroup::broadcast_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const int64_t chunk = static_cast<int64_t>(seg_->header().slot_bytes) / es;
+  const int64_t chunk = chunk_elems(static_cast<int64_t>(area_bytes_) / es, es);
+  const bool stream = d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
   const int64_t steps = steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
     step(
-        c,
+        c, area_size(m * es),
         [&] {
-          if (me_ == d.root) copy(seg_->slot(me_), at(d.send, off, es), m * es);
+          if (me_ == d.root) copy(staging(me_, m * es), at(d.send, off, es), m * es);
         },
         [&] {
-          const void* src = me_ == d.root ? at(d.send, off, es) : seg_->slot(d.root);
-          copy(at(d.recv, off, es), src, m * es);
+          const void* src = me_ == d.root ? at(d.send, off, es) : staging(d.root, m * es);
+          copy_out(at(d.recv, off, es), src, m * es, stream);
         });
+    if (c.stop()) return;
   }
 }
 
-// all_gather and gather: each rank stages a chunk of its block; the readers copy every slot.
+// all_gather and gather: each rank stages a chunk of its block; the readers copy every area
+// (their own block straight from the caller's buffer).
 void ShmGroup::all_gather(Call& c) {
-  if (zero_copy(c)) return;
+  with_zero_copy(c, [&] { all_gather_slots(c); });
+}
+
+void ShmGroup::all_gather_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const int64_t chunk = static_cast<int64_t>(seg_->header().slot_bytes) / es;
+  const int64_t chunk = chunk_elems(static_cast<int64_t>(area_bytes_) / es, es);
   const bool reads = d.kind == CollectiveKind::kAllGather || me_ == d.root;
+  const bool stream = n_ * d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
   const int64_t steps = steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
     step(
-        c, [&] { copy(seg_->slot(me_), at(d.send, off, es), m * es); },
+        c, area_size(m * es),
+        [&] {
+          if (n_ > 1) copy(staging(me_, m * es), at(d.send, off, es), m * es);
+        },
         [&] {
           if (!reads) return;
           for (int p = 0; p < n_; ++p) {
-            copy(at(d.recv, int64_t{p} * d.count + off, es), seg_->slot(p), m * es);
+            const void* src = p == me_ ? at(d.send, off, es) : staging(p, m * es);
+            copy_out(at(d.recv, int64_t{p} * d.count + off, es), src, m * es, stream);
           }
         });
+    if (c.stop()) return;
   }
 }
 
-// Sub-slot p of my slot holds a chunk of my block p; rank p folds sub-slot p of every slot.
+// Sub-area p of my area holds a chunk of my block p; rank p folds sub-area p of every area
+// (and its own block from the caller's buffer).
 void ShmGroup::reduce_scatter(Call& c) {
-  if (zero_copy(c)) return;
+  with_zero_copy(c, [&] { reduce_scatter_slots(c); });
+}
+
+void ShmGroup::reduce_scatter_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
   const uint64_t sub = sub_slot_bytes();
-  const int64_t chunk = static_cast<int64_t>(sub) / es;
+  const int64_t chunk = chunk_elems(static_cast<int64_t>(sub) / es, es);
   std::optional<Folder> folder;
-  std::vector<const void*> inputs(n_);
-  for (int p = 0; p < n_; ++p) inputs[p] = seg_->slot(p) + me_ * sub;
+  std::vector<const void*>& inputs = inputs_;
   const int64_t steps = steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
     step(
-        c,
+        c, n_ * sub,
         [&] {
           for (int p = 0; p < n_; ++p) {
-            copy(seg_->slot(me_) + p * sub, at(d.send, int64_t{p} * d.count + off, es), m * es);
+            if (p == me_) continue;
+            copy(area(me_) + p * sub, at(d.send, int64_t{p} * d.count + off, es), m * es);
           }
         },
         [&] {
           if (m <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_);
+          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          for (int p = 0; p < n_; ++p) {
+            inputs[p] =
+                p == me_ ? at(d.send, int64_t{me_} * d.count + off, es) : area(p) + me_ * sub;
+          }
           folder->fold(inputs.data(), n_, m, at(d.recv, off, es));
         });
+    if (c.stop()) return;
   }
 }
 
 void ShmGroup::barrier(Call& c) {
   step(
-      c, [] {}, [] {});
+      c, 0, [] {}, [] {});
 }
 
 }  // namespace braid::shm

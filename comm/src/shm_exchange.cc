@@ -1,6 +1,7 @@
-// Personalized exchange through the slots: all_to_all, all_to_all_v and scatter. Each slot is
-// split into n sub-slots; at step k rank s stages chunk k of its block for rank d in sub-slot
-// d of its slot, and rank d copies sub-slot d of every slot into its block from s.
+// Personalized exchange through the areas (Note [Step protocol]): all_to_all, all_to_all_v and
+// scatter. Each area is split into n sub-areas; at step k rank s stages chunk k of its block
+// for rank d in sub-area d of its area, and rank d copies sub-area d of every area into its
+// block from s.
 // all_to_all_v first runs one step that shares every rank's send counts, so all ranks agree on
 // the number of steps and each receiver checks its recv counts against its senders'.
 #include <algorithm>
@@ -72,13 +73,14 @@ void ShmGroup::exchange(Call& c) {
     }
     longest = 0;
     step(
-        c, [&] { std::memcpy(seg_->slot(me_), b.send_count.data(), n_ * sizeof(int64_t)); },
+        c, n_ * sizeof(int64_t),
+        [&] { std::memcpy(area(me_), b.send_count.data(), n_ * sizeof(int64_t)); },
         [&] {
           for (int p = 0; p < n_; ++p) {
             int64_t to_me = 0;
             for (int q = 0; q < n_; ++q) {
               int64_t v;
-              std::memcpy(&v, seg_->slot(p) + q * sizeof(int64_t), sizeof v);
+              std::memcpy(&v, area(p) + q * sizeof(int64_t), sizeof v);
               longest = std::max(longest, v);
               if (q == me_) to_me = v;
             }
@@ -94,12 +96,12 @@ void ShmGroup::exchange(Call& c) {
     const int64_t off = k * chunk;
     auto part = [&](int64_t count) { return std::clamp<int64_t>(count - off, 0, chunk); };
     step(
-        c,
+        c, n_ * sub,
         [&] {
           for (int p = 0; p < n_; ++p) {
             const int64_t bytes = part(b.send_count[p]) * es;
             if (bytes > 0) {
-              std::memcpy(seg_->slot(me_) + p * sub,
+              std::memcpy(area(me_) + p * sub,
                           static_cast<const uint8_t*>(send) + (b.send_off[p] + off) * es, bytes);
             }
           }
@@ -109,7 +111,7 @@ void ShmGroup::exchange(Call& c) {
             const int64_t bytes = part(b.recv_count[p]) * es;
             if (bytes > 0) {
               std::memcpy(static_cast<uint8_t*>(d.recv) + (b.recv_off[p] + off) * es,
-                          seg_->slot(p) + me_ * sub, bytes);
+                          area(p) + me_ * sub, bytes);
             }
           }
         });

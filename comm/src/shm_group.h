@@ -4,16 +4,33 @@
 // per-rank arena and shm_zerocopy.cc the collectives that read peers' arena buffers in place.
 //
 // Note [Step protocol]
-// Every collective is a sequence of steps; every step is
-//   1. wait until every rank's epoch >= 2s (all finished reading step s-1: my slot is free),
-//   2. write: fill my slot,
-//   3. epoch = 2s+1 (ready), wait until every rank's epoch >= 2s+1,
+// Every collective is a sequence of steps. Step s (counted over the group's life) stages data
+// in a region of each rank's slot, its "area", and uses step line s % 2 of each control block:
+//   1. (first step of a call) publish the call in my step line,
+//   2. write: fill my area,
+//   3. epoch = s+1 (ready), wait until every rank's epoch >= s+1,
 //   4. (first step of a call) compare the calls every rank published (the cross-rank check),
-//   5. read: any slot, into the caller's buffers,
-//   6. epoch = 2s+2 (done).
-// No rank can be more than one step ahead of another, so a slot is never rewritten while a
-// peer reads it. All ranks of a group run the same steps because their calls match, which
-// step 4 checks before any rank reads a peer's data.
+//   5. read: any rank's area, into the caller's buffers.
+// No wait precedes the write. A peer publishes ready for step s-1 only after its read of step
+// s-2, and I waited for that in step s-1: so whatever I write must only avoid what peers may
+// still read, the areas of steps s-1 and (for the results a step leaves for the next one)
+// s-2, and step line s-1. Likewise a read of step s starts only after every peer finished
+// reading step s-1. So a step costs one store and one wait, and a small collective one
+// exchange of cache lines. Where a call must know that its peers finished reading (zero-copy:
+// they read the caller's own buffers) it ends with one more, empty step.
+//
+// The areas go round the slot as a ring (Note [Staging ring]); every rank computes the same
+// sequence of regions from the same sequence of step sizes, which the cross-rank check keeps
+// equal. A peer can publish call k+1 while I still check call k, never call k+2 (that needs my
+// ready of a step of call k+1, published after my check of call k): hence two copies of the
+// call words.
+//
+// Note [Staging ring]
+// Rewriting a line that a peer has just read is slow on some machines: the write must first
+// invalidate the peer's copy (measured on the development VM: 9 GB/s into a 64 KiB area the
+// peer had read, 32 GB/s once the area rotated through 4 MiB; docs/shm.md). So consecutive
+// steps take consecutive regions of the slot and wrap around; a step takes at most a quarter
+// of the slot, which keeps the regions of three consecutive steps disjoint.
 #pragma once
 
 #include <algorithm>
@@ -34,7 +51,7 @@ namespace braid::shm {
 
 struct Call {
   const CollectiveDesc& desc;
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point deadline;  // set at the call's first wait
   std::chrono::milliseconds timeout;
   uint64_t index = 0;  // collectives this rank entered, this one included
   bool first_step = true;
@@ -42,6 +59,12 @@ struct Call {
   std::vector<double> factors;  // premul_sum: every rank's factor, after the first step
   // Where this rank's buffers lie in its arena (published at the first step), -1: outside.
   int64_t send_off = -1, recv_off = -1;
+  // Note [Zero-copy decision] (shm_zerocopy.cc).
+  bool zc_candidate = false;  // the call may take the zero-copy path
+  bool zc_mine = false;       // this rank's buffers qualify: its first step stages nothing
+  bool zc_taken = false;      // every rank's buffers qualify: the zero-copy path runs
+  bool zc_repeat = false;     // some ranks staged nothing but not all qualify: start again
+  bool stop() const { return zc_taken || zc_repeat; }
 };
 
 // Steps to move `elems` in chunks of `chunk`; at least one, so every call meets the check.
@@ -80,32 +103,67 @@ class ShmGroup final : public Backend {
   std::string ranks_text(const std::vector<int>& ranks) const;
 
   // ---- Note [Step protocol] ----
+  // `bytes`: what this step stages in each area (every rank passes the same).
   template <class Write, class Read>
-  void step(Call& c, Write&& write, Read&& read) {
-    wait_all(c, epoch_);
+  void step(Call& c, uint64_t bytes, Write&& write, Read&& read) {
+    line_ = epoch_ & 1;
+    next_region(bytes);
     if (c.first_step) publish_call(c);
-    write();
-    publish_word(seg_->control(me_).epoch, seg_->control(me_).epoch_waiters, ++epoch_);
+    if (!(c.first_step && c.zc_mine)) write();
+    StepLine& mine = step_line(me_);
+    publish_word(mine.epoch, mine.waiters, ++epoch_);
     wait_all(c, epoch_);
-    if (c.first_step) verify_call(c);
+    const bool first = c.first_step;
+    if (first) verify_call(c);
     c.first_step = false;
+    if (first && c.zc_candidate && resolve_zero_copy(c)) return;
     read();
-    publish_word(seg_->control(me_).epoch, seg_->control(me_).epoch_waiters, ++epoch_);
   }
   void publish_call(Call& c);
   void verify_call(Call& c);
+  // Rank p's step line for the current step, and its words for call c.
+  StepLine& step_line(int p) const { return seg_->control(p).step[line_]; }
+  CallWords& call_words(int p, const Call& c) const { return seg_->control(p).call[c.index & 1]; }
+  // Rank p's area for the current step and for the step before (Note [Staging ring]).
+  uint8_t* area(int p) const { return seg_->slot(p) + region_; }
+  uint8_t* prev_area(int p) const { return seg_->slot(p) + prev_region_; }
+  // Moves to the next region of the ring for a step that stages `bytes` (<= area_bytes_).
+  void next_region(uint64_t bytes) {
+    const uint64_t size = (bytes + 63) & ~uint64_t{63};
+    prev_region_ = region_;
+    if (ring_pos_ + size > seg_->header().slot_bytes) ring_pos_ = 0;
+    region_ = ring_pos_;
+    ring_pos_ += size;
+  }
+  // Where rank p stages `bytes` for the current step: the step line itself when they fit
+  // (kInlineBytes; one cache line then carries the call, the data and the ready word), else its
+  // area. Every rank of a step stages the same size, so all agree.
+  uint8_t* staging(int p, int64_t bytes) const {
+    return bytes <= kInlineBytes ? step_line(p).data : area(p);
+  }
+  // The area a step that stages `bytes` through staging() needs.
+  static uint64_t area_size(int64_t bytes) {
+    return bytes <= kInlineBytes ? 0 : static_cast<uint64_t>(bytes);
+  }
 
   // ---- collectives (shm_collectives.cc) ----
   void all_reduce(Call& c);  // also kReduce
   void reduce_one_shot(Call& c);
-  void reduce_stripes(Call& c);
+  void reduce_two_shot(Call& c);
   void broadcast(Call& c);
   void all_gather(Call& c);  // also kGather
   void reduce_scatter(Call& c);
+  // Their paths through the staging areas (with_zero_copy runs them).
+  void broadcast_slots(Call& c);
+  void all_gather_slots(Call& c);
+  void reduce_scatter_slots(Call& c);
   void exchange(Call& c);  // all_to_all, all_to_all_v, scatter
   void barrier(Call& c);
-  // bytes of a sub-slot (the slot split into n parts, 8-byte aligned)
+  // bytes of a sub-slot (the largest area split into n parts, 8-byte aligned)
   uint64_t sub_slot_bytes() const;
+  // Elements per pipelined step: at most `capacity_elems` (what fits the area) and the
+  // segment's chunk_bytes.
+  int64_t chunk_elems(int64_t capacity_elems, int64_t es) const;
 
   // ---- zero-copy (shm_arena.cc, shm_zerocopy.cc) ----
   static BackendCapabilities make_capabilities(bool can_allocate);
@@ -113,14 +171,30 @@ class ShmGroup final : public Backend {
   // Byte offset of [p, p + bytes) in this rank's arena when it lies inside one allocated
   // block, else -1.
   int64_t arena_offset(const void* p, int64_t bytes);
-  // Runs the call on the peers' arena buffers when every buffer it reads lies in an arena;
-  // false (after one shared step that the slot path then follows) when not.
-  bool zero_copy(Call& c);
+  // Runs `slot_path` (the collective through the staging areas), whose first step switches
+  // to the zero-copy path when every buffer the call reads lies in an arena.
+  template <class SlotPath>
+  void with_zero_copy(Call& c, SlotPath&& slot_path) {
+    zero_copy_candidate(c);
+    slot_path();
+    if (c.zc_taken) {
+      finish_zero_copy(c);
+    } else if (c.zc_repeat) {
+      c.zc_candidate = c.zc_mine = c.zc_repeat = false;
+      slot_path();
+    }
+  }
+  void zero_copy_candidate(Call& c);
+  // After the first step's ready wait: true when the step's read is replaced (zero-copy taken,
+  // or the slot path must start again).
+  bool resolve_zero_copy(Call& c);
+  void finish_zero_copy(Call& c);
+  bool qualifies(const Call& c, int p) const;  // rank p's own buffers lie in its arena
   bool zero_copy_eligible(const Call& c) const;
   void zero_copy_first(Call& c);
   void zero_copy_gather_stripes(Call& c);
-  const uint8_t* peer_send(int p) const;
-  uint8_t* peer_recv(int p) const;
+  const uint8_t* peer_send(const Call& c, int p) const;
+  uint8_t* peer_recv(const Call& c, int p) const;
 
   // ---- point to point (shm_p2p.cc) ----
   void send(Call& c);
@@ -131,6 +205,13 @@ class ShmGroup final : public Backend {
   std::unique_ptr<Segment> seg_;
   PeerWatch watch_;
   uint32_t epoch_ = 0;
+  uint64_t area_bytes_ = 0;  // the most a step stages: a quarter of the slot, 64-byte aligned
+  uint64_t ring_pos_ = 0;    // where the next step's region starts in every slot
+  uint64_t region_ = 0, prev_region_ = 0;  // the current and the previous step's regions
+  int line_ = 0;                           // the current step's line (its parity)
+  std::vector<uint8_t> fold_scratch_;      // Folder's block buffers, kept across calls
+  std::vector<const void*> inputs_;        // a fold's n input pointers, kept across calls
+  int64_t spin_ns_ = 20000;                // the adaptive spin budget (wait_at_least)
   uint64_t calls_ = 0;
   std::mutex mu_;              // one call at a time on this backend
   std::exception_ptr broken_;  // the error that left this group unusable

@@ -103,6 +103,8 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
   header->total_bytes = l.total;
   header->arena_bytes = config.arena_bytes;
   header->zerocopy_bytes = config.zerocopy_bytes;
+  header->chunk_bytes = config.chunk_bytes;
+  header->nontemporal_bytes = config.nontemporal_bytes;
   std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total, fd));
   seg->compute_offsets();
   for (int r = 0; r < nranks; ++r) {

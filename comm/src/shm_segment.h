@@ -17,7 +17,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -30,26 +30,44 @@ struct alignas(64) SegmentHeader {
   uint64_t total_bytes = 0;
   uint64_t arena_bytes = 0;         // per rank, a multiple of the page size (0: no arenas)
   uint64_t zerocopy_bytes = 0;      // smallest message that tries the zero-copy path
+  uint64_t chunk_bytes = 0;         // most bytes of a message per pipelined step
+  uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
-// Per rank. Every 32-bit atomic is usable as a futex word; `*_waiters` count sleepers so a
-// writer only pays for FUTEX_WAKE when someone sleeps.
-struct alignas(64) ControlBlock {
-  std::atomic<uint32_t> epoch{0};  // steps half-completed by this rank (Note [Step protocol])
-  std::atomic<uint32_t> epoch_waiters{0};
-  std::atomic<uint32_t> aborted{0};  // 1 + ErrorKind once this rank left after an error
-  std::atomic<int32_t> pid{0};
-  // The call this rank is in, published at its first step (the cross-rank check).
-  std::atomic<uint64_t> call_index{0};  // collectives entered by this rank (p2p excluded)
-  std::atomic<uint64_t> seq{0};         // the front's sequence number
-  std::atomic<int64_t> count{0};
-  std::atomic<int64_t> extent{0};  // all_to_all_v: largest block in bytes
-  std::atomic<uint32_t> kind{0}, dtype{0}, op{0};
-  std::atomic<int32_t> root{0};
+// Bytes of a message small enough to travel in the step line itself (StepLine::data).
+inline constexpr int64_t kInlineBytes = 16;
+
+// One per rank and step parity (Note [Step protocol]): the ready word of the steps of that
+// parity and what the peers read right after waiting on it, in the same cache line, so a
+// small collective moves one line per rank. The call fields are written at a call's first step.
+struct alignas(64) StepLine {
+  std::atomic<uint32_t> epoch{0};  // s+1 once this rank is ready for step s (of this parity)
+  std::atomic<uint32_t> waiters{0};
+  uint64_t call_index = 0;  // collectives entered by this rank (p2p excluded)
+  uint64_t seq = 0;         // the front's sequence number
+  int64_t count = 0;
+  uint8_t kind = 0, dtype = 0, op = 0, pad = 0;
+  int32_t root = 0;
+  alignas(8) uint8_t data[kInlineBytes] = {};  // a message of up to kInlineBytes
+};
+static_assert(sizeof(StepLine) == 64);
+
+// What a call's later steps still read from the peers, by parity of the call index: a peer can
+// be at most one call ahead.
+struct alignas(64) CallWords {
   std::atomic<uint64_t> premul_bits{0};  // this rank's premul_sum factor (double bits)
   // Where this call's buffers lie in this rank's arena (byte offsets), -1 when outside it.
   std::atomic<int64_t> send_arena_off{-1}, recv_arena_off{-1};
+};
+
+// Per rank. Every 32-bit atomic is usable as a futex word; `*waiters` count sleepers so a
+// writer only pays for FUTEX_WAKE when someone sleeps.
+struct alignas(64) ControlBlock {
+  StepLine step[2];
+  std::atomic<uint32_t> aborted{0};  // 1 + ErrorKind once this rank left after an error
+  std::atomic<int32_t> pid{0};
+  CallWords call[2];
 };
 
 // One per ordered pair (src -> dst), followed by mailbox_bytes of data.
@@ -74,6 +92,8 @@ struct SegmentConfig {
   uint32_t algo = 0;
   uint64_t arena_bytes = 0;  // rounded up to the page size by create()
   uint64_t zerocopy_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  uint64_t nontemporal_bytes = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

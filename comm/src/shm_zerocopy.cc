@@ -4,74 +4,93 @@
 //
 // Every rank publishes the arena offsets of its buffers at the call's first step (-1 when
 // outside), so after that step's ready wait all ranks take the same decision from the same
-// data. When the buffers do not qualify, the step was an empty one and the slot path
-// follows. The reductions use the same Folder (rank-order left fold) as the slot path, so
-// the bits are the same. Since peers read my buffers directly, a zero-copy call ends with a
-// wait until every rank has finished its reads: the caller may overwrite them on return.
+// data (Note [Zero-copy decision]). The reductions use the same Folder (rank-order left fold) as
+// the slot path, so the bits are the same. Since peers read my buffers directly, a zero-copy call
+// ends with a wait until every rank has finished its reads: the caller may overwrite them on
+// return.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include "fold.h"
 #include "shm_group.h"
-#include "shm_reduce.h"
 
 namespace braid::shm {
-namespace {
 
-bool reads_every_send(CollectiveKind k) {
-  return k == CollectiveKind::kReduce || k == CollectiveKind::kAllGather ||
-         k == CollectiveKind::kGather || k == CollectiveKind::kReduceScatter;
+const uint8_t* ShmGroup::peer_send(const Call& c, int p) const {
+  return seg_->arena(p) + call_words(p, c).send_arena_off.load(std::memory_order_relaxed);
 }
 
-}  // namespace
-
-const uint8_t* ShmGroup::peer_send(int p) const {
-  return seg_->arena(p) + seg_->control(p).send_arena_off.load(std::memory_order_relaxed);
+uint8_t* ShmGroup::peer_recv(const Call& c, int p) const {
+  return seg_->arena(p) + call_words(p, c).recv_arena_off.load(std::memory_order_relaxed);
 }
 
-uint8_t* ShmGroup::peer_recv(int p) const {
-  return seg_->arena(p) + seg_->control(p).recv_arena_off.load(std::memory_order_relaxed);
+bool ShmGroup::qualifies(const Call& c, int p) const {
+  const CollectiveKind k = c.desc.kind;
+  const CallWords& w = call_words(p, c);
+  if (k == CollectiveKind::kBroadcast) return p == c.desc.root && w.send_arena_off.load() >= 0;
+  if (w.send_arena_off.load() < 0) return false;
+  return k != CollectiveKind::kAllReduce || w.recv_arena_off.load() >= 0;
 }
 
 bool ShmGroup::zero_copy_eligible(const Call& c) const {
-  const CollectiveKind k = c.desc.kind;
-  auto sends_ok = [&](int p) { return seg_->control(p).send_arena_off.load() >= 0; };
-  auto recvs_ok = [&](int p) { return seg_->control(p).recv_arena_off.load() >= 0; };
-  if (k == CollectiveKind::kBroadcast) return sends_ok(c.desc.root);
+  if (c.desc.kind == CollectiveKind::kBroadcast) return qualifies(c, c.desc.root);
   for (int p = 0; p < n_; ++p) {
-    if (!sends_ok(p)) return false;
-    if (k == CollectiveKind::kAllReduce && !recvs_ok(p)) return false;
+    if (!qualifies(c, p)) return false;
   }
-  return k == CollectiveKind::kAllReduce || reads_every_send(k);
+  return true;
 }
 
-bool ShmGroup::zero_copy(Call& c) {
+// Note [Zero-copy decision]
+// Whether a call can read its peers' buffers in place depends on every rank's buffers, so it
+// is decided after a ready wait; an extra step for it alone cost a fifth of a 1 MiB
+// all_reduce's time (docs/shm.md). So the decision rides on the slot path's first step: each
+// rank publishes its arena offsets with the call, and a rank whose own buffers qualify stages
+// nothing in that step. After the ready wait every rank sees the same offsets: all qualify,
+// and the zero-copy path runs from there; none does, and the slot path goes on; some do, and
+// the slot path starts again (one wasted step, only when ranks mix arena and other buffers).
+void ShmGroup::zero_copy_candidate(Call& c) {
   const SegmentHeader& h = seg_->header();
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
   const int64_t bytes = d.count * es;
   // Decided from the call and rank 0's header alone: every rank takes this branch alike.
   if (h.arena_bytes == 0 || d.count <= 0 || bytes < static_cast<int64_t>(h.zerocopy_bytes)) {
-    return false;
+    return;
   }
   const int64_t send_bytes = d.kind == CollectiveKind::kReduceScatter ? n_ * bytes : bytes;
   c.send_off = arena_offset(d.send, send_bytes);
   if (d.kind == CollectiveKind::kAllReduce) c.recv_off = arena_offset(d.recv, bytes);
-  bool go = false;
-  step(
-      c, [] {},
-      [&] {
-        go = zero_copy_eligible(c);
-        if (go) zero_copy_first(c);
-      });
-  if (!go) return false;
-  if (d.kind == CollectiveKind::kAllReduce) {
-    step(
-        c, [] {}, [&] { zero_copy_gather_stripes(c); });
+  c.zc_candidate = true;
+  const bool root_only = d.kind == CollectiveKind::kBroadcast;
+  c.zc_mine = c.send_off >= 0 && (!root_only || me_ == d.root) &&
+              (d.kind != CollectiveKind::kAllReduce || c.recv_off >= 0);
+}
+
+bool ShmGroup::resolve_zero_copy(Call& c) {
+  if (zero_copy_eligible(c)) {
+    zero_copy_first(c);
+    c.zc_taken = true;
+    return true;
   }
-  wait_all(c, epoch_);  // every peer has finished reading my buffers
+  for (int p = 0; p < n_; ++p) {
+    if (qualifies(c, p)) {
+      c.zc_repeat = true;  // rank p staged nothing
+      return true;
+    }
+  }
+  return false;
+}
+
+void ShmGroup::finish_zero_copy(Call& c) {
+  if (c.desc.kind == CollectiveKind::kAllReduce) {
+    step(
+        c, 0, [] {}, [&] { zero_copy_gather_stripes(c); });
+  }
+  // An empty step: once every peer is ready for it, every peer has finished reading my buffers.
+  step(
+      c, 0, [] {}, [] {});
   zero_copy_calls_.fetch_add(1, std::memory_order_relaxed);
-  return true;
 }
 
 // The one step of broadcast / all_gather / gather / reduce / reduce_scatter, and step A of
@@ -85,7 +104,7 @@ void ShmGroup::zero_copy_first(Call& c) {
   std::vector<const void*> inputs(n_);
   auto fold = [&](int64_t offset_bytes, int64_t count, void* out) {
     if (count <= 0) return;
-    for (int p = 0; p < n_; ++p) inputs[p] = peer_send(p) + offset_bytes;
+    for (int p = 0; p < n_; ++p) inputs[p] = peer_send(c, p) + offset_bytes;
     Folder folder(d.dtype, d.op, c.factors, n_);
     folder.fold(inputs.data(), n_, count, out);
   };
@@ -105,13 +124,13 @@ void ShmGroup::zero_copy_first(Call& c) {
       fold(int64_t{me_} * bytes, d.count, d.recv);
       break;
     case CollectiveKind::kBroadcast:
-      copy(d.recv, peer_send(d.root), bytes);
+      copy(d.recv, peer_send(c, d.root), bytes);
       break;
     case CollectiveKind::kAllGather:
     case CollectiveKind::kGather:
       if (d.kind == CollectiveKind::kGather && me_ != d.root) break;
       for (int p = 0; p < n_; ++p) {
-        copy(static_cast<uint8_t*>(d.recv) + p * bytes, peer_send(p), bytes);
+        copy(static_cast<uint8_t*>(d.recv) + p * bytes, peer_send(c, p), bytes);
       }
       break;
     default:
@@ -127,7 +146,7 @@ void ShmGroup::zero_copy_gather_stripes(Call& c) {
     if (p == me_) continue;
     const int64_t lo = d.count * p / n_, hi = d.count * (p + 1) / n_;
     if (hi > lo) {
-      std::memcpy(static_cast<uint8_t*>(d.recv) + lo * es, peer_recv(p) + lo * es,
+      std::memcpy(static_cast<uint8_t*>(d.recv) + lo * es, peer_recv(c, p) + lo * es,
                   static_cast<size_t>((hi - lo) * es));
     }
   }

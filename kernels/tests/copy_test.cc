@@ -1,5 +1,7 @@
 // copy_strided() / copy_to_strided(): gathers and scatters checked element by element against
 // index arithmetic, for transposed, broadcast, sliced, 0-d and empty views; bad input.
+// copy_nontemporal(): byte-exact against the source at every alignment and length around the
+// 64-byte lines it streams, without touching a byte outside the destination.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -67,6 +69,31 @@ TEST(CopyStrided, BadInput) {
                {"copy_strided", "element size", "0"});
   expect_error([&] { copy_to_strided(&a, -4, 1, &n, &b, &s); }, ErrorKind::kInvalidArgument,
                {"copy_to_strided", "-4"});
+}
+
+TEST(CopyNontemporal, EveryAlignmentAndLengthAroundTheLineSize) {
+  std::vector<uint8_t> src(4096 + 256);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (int64_t dst_off : {0, 1, 15, 16, 63}) {
+    for (int64_t src_off : {0, 3, 64}) {
+      for (int64_t len : {0, 1, 63, 64, 65, 127, 128, 200, 4000}) {
+        std::vector<uint8_t> dst(4096 + 256, 0xEE);
+        copy_nontemporal(dst.data() + dst_off, src.data() + src_off, len);
+        for (int64_t i = 0; i < static_cast<int64_t>(dst.size()); ++i) {
+          const bool inside = i >= dst_off && i < dst_off + len;
+          const uint8_t want = inside ? src[i - dst_off + src_off] : 0xEE;
+          ASSERT_EQ(dst[i], want) << "dst_off " << dst_off << " src_off " << src_off << " len "
+                                  << len << " byte " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(CopyNontemporal, NegativeLengthIsInvalid) {
+  uint8_t a[4] = {}, b[4] = {};
+  expect_error([&] { copy_nontemporal(a, b, -1); }, ErrorKind::kInvalidArgument,
+               {"copy_nontemporal", "-1"});
 }
 
 }  // namespace

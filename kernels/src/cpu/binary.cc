@@ -163,6 +163,18 @@ void binary(BinaryOp op, DType dtype, int ndim, const int64_t* shape, const void
   BRAID_CHECK(ndim >= 0, kInvalidArgument, "binary: ndim ", ndim, " must be >= 0");
   BRAID_CHECK(ndim == 0 || (shape && a_strides && b_strides), kInvalidArgument, "binary: ndim ",
               ndim, " with a null shape or strides pointer");
+  auto unit_or_zero = [](int64_t stride) { return stride == 0 || stride == 1; };
+  if (ndim == 1 && shape[0] > 0 && a && b && out && unit_or_zero(a_strides[0]) &&
+      unit_or_zero(b_strides[0]) && (a_strides[0] == 1 || b_strides[0] == 1)) {
+    // One dense run (the reductions' case): straight to the kernel, no layout to allocate.
+    const auto& row = binary_tables().pick.get()->fn[op_index][dt];
+    const int pattern = a_strides[0] == 0 ? kScalarVec : b_strides[0] == 0 ? kVecScalar : kVecVec;
+    if (BinaryFn fn = row[pattern]) {
+      fn(shape[0], static_cast<const char*>(a), static_cast<const char*>(b),
+         static_cast<char*>(out));
+      return;
+    }
+  }
   const Layout l = coalesce(ndim, shape, a_strides, b_strides);
   if (l.empty) return;
   BRAID_CHECK(a && b && out, kInvalidArgument, "binary: null ",

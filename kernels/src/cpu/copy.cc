@@ -1,12 +1,17 @@
 // Data movement that needs no SIMD level of its own: strided gather / scatter (memcpy of the
 // innermost contiguous run when there is one) and fill (one element converted as cast()
-// does, then replicated; std::fill_n compiles to wide stores).
+// does, then replicated; std::fill_n compiles to wide stores); and the non-temporal copy, whose
+// SSE2 streaming stores are part of the x86-64 baseline.
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace braid::kernels::cpu {
 namespace {
@@ -113,6 +118,34 @@ void fill(void* dst, DType dtype, int64_t n, double value) {
       return;
   }
   BRAID_FAIL(kInvalidArgument, "fill: dtype value ", static_cast<int>(dtype), " is not a DType");
+}
+
+void copy_nontemporal(void* dst, const void* src, int64_t bytes) {
+  BRAID_CHECK(bytes >= 0, kInvalidArgument, "copy_nontemporal: bytes ", bytes, " is negative");
+  auto* d = static_cast<uint8_t*>(dst);
+  const auto* s = static_cast<const uint8_t*>(src);
+#if defined(__SSE2__)
+  // Head up to the destination's next 64-byte boundary, so every streaming store fills whole
+  // write-combining lines.
+  const int64_t head = std::min<int64_t>(bytes, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  if (head > 0) std::memcpy(d, s, static_cast<size_t>(head));
+  int64_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+  }
+  if (i < bytes) std::memcpy(d + i, s + i, static_cast<size_t>(bytes - i));
+  // Streaming stores are weakly ordered: fence them before anything that publishes the data.
+  _mm_sfence();
+#else
+  if (bytes > 0) std::memcpy(d, s, static_cast<size_t>(bytes));
+#endif
 }
 
 }  // namespace braid::kernels::cpu

@@ -43,6 +43,12 @@ void copy_to_strided(const void* src, int64_t elem_size, int ndim, const int64_t
 // dst[i] = value (converted to dtype as cast() would), n elements.
 void fill(void* dst, DType dtype, int64_t n, double value);
 
+// memcpy of `bytes` (no overlap) whose stores bypass the caches (non-temporal, then a store
+// fence): for large copies whose destination nobody reads soon, it saves the read of every
+// destination line before it is written and keeps the source's lines in cache. Same bytes as
+// memcpy; any alignment (the unaligned head and tail are copied normally).
+void copy_nontemporal(void* dst, const void* src, int64_t bytes);
+
 // ---- elementwise ------------------------------------------------------------------------
 
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin };

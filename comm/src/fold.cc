@@ -1,7 +1,7 @@
 // Folder: the rank-order reduction every shm algorithm uses, built on the SIMD CPU kernels
 // (cast to widen and round, binary for the combine). Blocks of kBlock elements keep the
 // accumulator in cache; blocking is elementwise, so it cannot change the bits.
-#include "shm_reduce.h"
+#include "fold.h"
 
 #include <algorithm>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "braid/core/error.h"
 #include "braid/kernels/cpu.h"
 
-namespace braid::shm {
+namespace braid {
 namespace {
 
 namespace cpu = kernels::cpu;
@@ -67,28 +67,67 @@ void check_reducible(DType dtype, ReduceOp op) {
               "shm: reduce op avg on dtype bool is not supported (expected a numeric dtype)");
 }
 
-Folder::Folder(DType dtype, ReduceOp op, std::vector<double> factors, int nranks)
+Folder::Folder(DType dtype, ReduceOp op, std::vector<double> factors, int nranks,
+               std::vector<uint8_t>* scratch)
     : dtype_(dtype),
       acc_(accumulation_dtype(dtype)),
       op_(op),
       factors_(std::move(factors)),
-      nranks_(nranks) {
+      nranks_(nranks),
+      direct_(dtype == acc_ && op != ReduceOp::kAvg && op != ReduceOp::kPremulSum),
+      scratch_(scratch ? scratch : &own_scratch_) {
   check_reducible(dtype, op);
   if (op == ReduceOp::kPremulSum) factors_.resize(nranks, 1.0);
-  const size_t bytes = kBlock * dtype_size(acc_);
-  acc_buf_.resize(bytes + 16);  // + room for the broadcast scalar after the block
-  tmp_buf_.resize(bytes);
 }
 
 void Folder::fold(const void* const* inputs, int n, int64_t count, void* out) {
-  for (int64_t offset = 0; offset < count; offset += kBlock) {
-    fold_block(inputs, n, offset, std::min(kBlock, count - offset), out);
+  if (count <= 0) return;
+  if (std::min(kBlock, count) > block_elems_) {
+    // + room for the broadcast scalar after the accumulator block
+    block_elems_ = std::min(kBlock, count);
+    const size_t bytes = static_cast<size_t>(block_elems_) * dtype_size(acc_);
+    if (scratch_->size() < 2 * bytes + 16) scratch_->resize(2 * bytes + 16);
+    acc_buf_ = scratch_->data();
+    tmp_buf_ = scratch_->data() + bytes + 16;
   }
+  for (int64_t offset = 0; offset < count; offset += kBlock) {
+    const int64_t m = std::min(kBlock, count - offset);
+    if (direct_) {
+      fold_direct(inputs, n, offset, m, out);
+    } else {
+      fold_block(inputs, n, offset, m, out);
+    }
+  }
+}
+
+void Folder::fold_direct(const void* const* inputs, int n, int64_t offset, int64_t m, void* out) {
+  const size_t es = dtype_size(dtype_);
+  auto block = [&](const void* base) { return static_cast<const uint8_t*>(base) + offset * es; };
+  uint8_t* dst = static_cast<uint8_t*>(out) + offset * es;
+  const uint8_t* end = dst + m * es;
+  if (n == 1) {
+    const uint8_t* src = block(inputs[0]);
+    if (src + m * es <= dst || end <= src) {
+      fast_copy(dst, src, m * es);
+    } else if (dst != src) {
+      std::memmove(dst, src, m * es);
+    }
+    return;
+  }
+  // Accumulating in `dst` rewrites it after each rank: fine unless a later input (r >= 2) lies
+  // in the same bytes, then the accumulator block comes first.
+  bool alias = false;
+  for (int r = 2; r < n; ++r) alias |= block(inputs[r]) < end && block(inputs[r]) + m * es > dst;
+  uint8_t* acc = alias ? acc_buf_ : dst;
+  const cpu::BinaryOp op = combine_op(op_);
+  apply(op, dtype_, m, block(inputs[0]), block(inputs[1]), false, acc);
+  for (int r = 2; r < n; ++r) apply(op, dtype_, m, acc, block(inputs[r]), false, acc);
+  if (alias) std::memcpy(dst, acc, m * es);
 }
 
 const void* Folder::widen(const void* input, int rank, int64_t offset, int64_t m, bool into_acc) {
   const void* src = static_cast<const uint8_t*>(input) + offset * dtype_size(dtype_);
-  void* dst = into_acc ? acc_buf_.data() : tmp_buf_.data();
+  void* dst = into_acc ? acc_buf_ : tmp_buf_;
   if (dtype_ != acc_) {
     cpu::cast(src, dtype_, dst, acc_, m);
     src = dst;
@@ -114,7 +153,7 @@ void Folder::fold_block(const void* const* inputs, int n, int64_t offset, int64_
   const cpu::BinaryOp op = combine_op(op_);
   for (int r = 1; r < n; ++r) {
     const void* x = widen(inputs[r], r, offset, m, /*into_acc=*/false);
-    apply(op, acc_, m, acc_buf_.data(), x, false, acc_buf_.data());
+    apply(op, acc_, m, acc_buf_, x, false, acc_buf_);
   }
   finalize(m, static_cast<uint8_t*>(out) + offset * dtype_size(dtype_));
 }
@@ -122,7 +161,7 @@ void Folder::fold_block(const void* const* inputs, int n, int64_t offset, int64_
 void Folder::finalize(int64_t m, void* out) {
   if (op_ == ReduceOp::kAvg) {
     if (acc_ == DType::kI64) {
-      floor_divide(reinterpret_cast<int64_t*>(acc_buf_.data()), m, nranks_);
+      floor_divide(reinterpret_cast<int64_t*>(acc_buf_), m, nranks_);
     } else {
       uint8_t divisor[8];
       if (acc_ == DType::kF64) {
@@ -132,10 +171,10 @@ void Folder::finalize(int64_t m, void* out) {
         const float d = static_cast<float>(nranks_);
         std::memcpy(divisor, &d, 4);
       }
-      apply(cpu::BinaryOp::kDiv, acc_, m, acc_buf_.data(), divisor, true, acc_buf_.data());
+      apply(cpu::BinaryOp::kDiv, acc_, m, acc_buf_, divisor, true, acc_buf_);
     }
   }
-  cpu::cast(acc_buf_.data(), acc_, out, dtype_, m);
+  cpu::cast(acc_buf_, acc_, out, dtype_, m);
 }
 
-}  // namespace braid::shm
+}  // namespace braid
