@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -260,6 +261,7 @@ void Supervisor::on_signal(int sig) {
 }
 
 void Supervisor::reap() {
+  std::vector<RankState*> failed_now;
   for (auto& r : ranks_) {
     if (!r->running) continue;
     // Peek first (WNOWAIT keeps the zombie, so its pid cannot be reused as a group id),
@@ -275,20 +277,26 @@ void Supervisor::reap() {
     r->running = false;
     r->status = status;
     drain(*r);
-    bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (!failed || failure_) continue;
-    std::string how = describe_exit(r->spec->rank, status);
-    failure_ = JobOutcome{exit_code_of(status), how};
-    if (!any_running()) {
-      say(options_.err_fd, how);
-      continue;
-    }
-    say(options_.err_fd, how + "; stopping the other ranks (SIGTERM, SIGKILL after " +
-                             seconds_text(options_.grace_period_s) + ")");
-    stop_all(SIGTERM);
-    kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                  std::chrono::duration<double>(options_.grace_period_s));
+    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed_now.push_back(r.get());
   }
+  if (failed_now.empty() || failure_) return;
+  // Ranks that ended since the last sweep are reaped in rank order, not in the order they
+  // ended. A rank killed by a signal is taken as the cause before one that exited with an
+  // error code: the latter is typically a survivor reporting the former as a lost peer.
+  auto cause = std::find_if(failed_now.begin(), failed_now.end(),
+                            [](const RankState* r) { return WIFSIGNALED(r->status); });
+  const RankState& first = cause != failed_now.end() ? **cause : *failed_now.front();
+  std::string how = describe_exit(first.spec->rank, first.status);
+  failure_ = JobOutcome{exit_code_of(first.status), how};
+  if (!any_running()) {
+    say(options_.err_fd, how);
+    return;
+  }
+  say(options_.err_fd, how + "; stopping the other ranks (SIGTERM, SIGKILL after " +
+                           seconds_text(options_.grace_period_s) + ")");
+  stop_all(SIGTERM);
+  kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(options_.grace_period_s));
 }
 
 void Supervisor::escalate() {

@@ -42,6 +42,8 @@ struct ProcessGroup::Impl {
   bool debug_mode = false;
   std::atomic<uint64_t> seq{0};
   uint64_t id_hash = 0;  // FNV-1a of id: where every call's signature starts
+  // The backend's capabilities as bit sets (by enum value), filled by make_backend().
+  uint64_t kind_bits = 0, dtype_bits = 0, device_bits = 0;
   std::atomic<uint64_t> children{0};
 
   bool member() const { return rank >= 0; }

@@ -95,6 +95,8 @@ void ShmGroup::reduce_one_shot(Call& c) {
         [&] {
           if (!wants_result || m <= 0) return;
           if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          // My own chunk from the caller's buffer: reading it back from my area measured half
+          // as fast (docs/shm.md, "Staging ring").
           for (int p = 0; p < n_; ++p) {
             inputs[p] = p == me_ ? at(d.send, off, es) : staging(p, m * es);
           }
@@ -201,8 +203,10 @@ void ShmGroup::all_gather_slots(Call& c) {
         [&] {
           if (!reads) return;
           for (int p = 0; p < n_; ++p) {
+            uint8_t* dst = at(d.recv, int64_t{p} * d.count + off, es);
+            if (p == me_ && dst == at(d.send, off, es)) continue;  // in place: already there
             const void* src = p == me_ ? at(d.send, off, es) : staging(p, m * es);
-            copy_out(at(d.recv, int64_t{p} * d.count + off, es), src, m * es, stream);
+            copy_out(dst, src, m * es, stream);
           }
         });
     if (c.stop()) return;
