@@ -27,9 +27,6 @@ constexpr std::chrono::microseconds kYieldTime{50};  // sched_yield: lets a co-s
 constexpr int kPollsPerClockRead = 16;
 constexpr int kPollsBeforeClock = 64;  // ~1-5 us of pause, within any spin budget
 constexpr std::chrono::milliseconds kSlice{50};
-// The small staging ring (Note [Staging ring]): steps of up to a quarter of it (4 KiB) reuse
-// lines that stay in both ranks' caches.
-constexpr uint64_t kSmallRingBytes = 16384;
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 
 // CPUs this process may run on (its affinity mask), read once.
@@ -160,9 +157,9 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   seg_->control(me_).pid.store(getpid(), std::memory_order_release);
   seg_->mark_mapped();
   const uint64_t slot = seg_->header().slot_bytes;
-  small_ring_ = std::min<uint64_t>(kSmallRingBytes, slot / 4) & ~uint64_t{63};
   ring_end_ = slot;
-  area_bytes_ = ((slot - small_ring_) / 4) & ~uint64_t{63};
+  small_ring_ = small_ring_bytes(slot);
+  area_bytes_ = (slot / 4) & ~uint64_t{63};
   inputs_.resize(n_);
   init_arena();
 }

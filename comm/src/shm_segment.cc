@@ -38,7 +38,7 @@ Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint6
   const size_t n = static_cast<size_t>(nranks);
   l.control_off = round_up(sizeof(SegmentHeader), kPage);
   l.slot_off = round_up(l.control_off + n * sizeof(ControlBlock), kPage);
-  l.mailbox_off = l.slot_off + n * slot_bytes;
+  l.mailbox_off = l.slot_off + n * (slot_bytes + small_ring_bytes(slot_bytes));
   l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
   l.arena_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
   l.total = l.arena_off + n * arena_bytes;
@@ -154,7 +154,8 @@ ControlBlock& Segment::control(int rank) const {
 }
 
 uint8_t* Segment::slot(int rank) const {
-  return base_ + slot_off_ + static_cast<size_t>(rank) * header().slot_bytes;
+  const uint64_t slot = header().slot_bytes;
+  return base_ + slot_off_ + static_cast<size_t>(rank) * (slot + small_ring_bytes(slot));
 }
 
 MailboxHeader& Segment::mailbox(int src, int dst) const {

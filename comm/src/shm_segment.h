@@ -6,6 +6,7 @@
 // of the segment and the liveness check of the process behind a rank.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -34,6 +35,13 @@ struct alignas(64) SegmentHeader {
   uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
+
+// The small staging ring that follows each rank's slot (Note [Staging ring], shm_group.h):
+// 16 KiB, or a quarter of the slot when that is smaller; a rank's slot region is
+// slot_bytes + this long.
+inline uint64_t small_ring_bytes(uint64_t slot_bytes) {
+  return std::min<uint64_t>(16384, slot_bytes / 4) & ~uint64_t{63};
+}
 
 // Bytes of a message small enough to travel in the step line itself (StepLine::data).
 inline constexpr int64_t kInlineBytes = 16;
