@@ -1,5 +1,6 @@
 // TcpStore specifics: many clients, the job token, hostile frames over a raw socket (the
-// server must answer with an error, drop only that connection and keep serving), a server
+// server must answer with an error, drop only that connection and keep serving; also seeded
+// mutations of valid frames of every command), a server
 // that goes away, a server that stops answering, connect retries, and store_from_env().
 // Raw frames are built here from docs/store.md, not from the implementation's helpers.
 #include <arpa/inet.h>
@@ -8,7 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -54,9 +57,9 @@ struct Frame {
     return *this;
   }
   std::vector<uint8_t> wire() const {
-    std::vector<uint8_t> out;
-    for (int i = 0; i < 4; ++i) out.push_back(uint8_t(body.size() >> (8 * i)));
-    out.insert(out.end(), body.begin(), body.end());
+    std::vector<uint8_t> out(4 + body.size());
+    for (int i = 0; i < 4; ++i) out[i] = uint8_t(body.size() >> (8 * i));
+    std::copy(body.begin(), body.end(), out.begin() + 4);
     return out;
   }
 };
@@ -265,6 +268,56 @@ TEST_F(TcpStoreTest, MalformedFramesGetAnErrorAndOnlyThatConnectionDrops) {
     EXPECT_TRUE(client()->delete_key("after_bad"));
     expect_serving();
   }
+}
+
+// Seeded mutation fuzzing: valid frames of every command (docs/store.md), with bytes flipped,
+// fields cut or grown, length prefixes rewritten, sent after a valid hello on fresh
+// connections. Whatever the server makes of each (an answer, an error, a close, a parked
+// wait that the client abandons), it must keep serving well-behaved clients and hold exactly
+// what they stored. Timeouts in the seeds are short, so a mutant that parks ends soon.
+TEST_F(TcpStoreTest, MutatedFramesNeverStopTheServer) {
+  constexpr uint8_t kAdd = 4, kCompareSet = 5, kCheck = 6, kDelete = 8, kNumKeys = 9;
+  const std::vector<std::vector<uint8_t>> seeds = {
+      Frame().u8(kSet).str("fz").str("value").wire(),
+      Frame().u8(kGet).u64(5).str("fz").wire(),
+      Frame().u8(kAdd).str("fz_n").u64(3).wire(),
+      Frame().u8(kCompareSet).str("fz").str("value").str("other").wire(),
+      Frame().u8(kCheck).u32(2).str("fz").str("fz_n").wire(),
+      Frame().u8(kWait).u64(5).u32(1).str("fz").wire(),
+      Frame().u8(kDelete).str("fz").wire(),
+      Frame().u8(kNumKeys).wire(),
+  };
+  auto keeper = client();
+  keeper->set("fz_keep", "kept");
+  std::mt19937 rng(20261130);
+  for (int i = 0; i < 300; ++i) {
+    std::vector<uint8_t> f = seeds[rng() % seeds.size()];
+    for (int m = 0, n = 1 + int(rng() % 3); m < n; ++m) {
+      const size_t at = rng() % f.size();
+      switch (rng() % 4) {
+        case 0:
+          f[at] ^= uint8_t(1u << (rng() % 8));
+          break;
+        case 1:
+          f.resize(std::max<size_t>(at, 1));
+          break;
+        case 2:  // one more byte at `at`
+          f.push_back(uint8_t(rng()));
+          std::rotate(f.begin() + long(at), f.end() - 1, f.end());
+          break;
+        case 3:  // a length prefix (of the frame or of a field) off by a little
+          if (at + 4 <= f.size()) f[at] = uint8_t(f[at] + int(rng() % 5) - 2);
+          break;
+      }
+    }
+    RawClient raw(server_.port());
+    raw.hello(token_);
+    raw.send(f);
+    raw.shutdown_write();  // the server sees the end of the stream after this frame
+    if (i % 50 == 49) expect_serving();
+  }
+  expect_serving();
+  EXPECT_EQ(keeper->get_string("fz_keep"), "kept");
 }
 
 TEST_F(TcpStoreTest, TruncatedFrameThenCloseIsDropped) {

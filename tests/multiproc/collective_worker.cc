@@ -5,6 +5,8 @@
 //   die-before K   rank K SIGKILLs itself before collective #3
 //   die-during K   rank K SIGKILLs itself inside collective #kDuringKillAt of a long run of
 //                  large all_reduces
+//   long           the die-during run of large all_reduces without a death (tests/multinode
+//                  kills a whole node from outside while it runs)
 //   die-after K    every rank completes 3 collectives; rank K then exits 0 while the others
 //                  call a barrier (which must fail: K never arrives)
 //   stop K         rank K SIGSTOPs itself before collective #3 (the others time out)
@@ -151,6 +153,11 @@ void scenario_die_during(Job& job, int k) {
   }
 }
 
+// The die-during run with nobody dying: a test kills ranks from outside while it runs.
+void scenario_long(Job& job) {
+  for (int call = 1; call <= kDuringCalls; ++call) all_reduce_checked(job, kDuringElements);
+}
+
 void scenario_die_after(Job& job, int k) {
   all_reduce_checked(job, 1000);
   all_gather_checked(job);
@@ -191,12 +198,14 @@ int run(const std::string& scenario, int k) {
   job.pg = ProcessGroup::create(options);
   job.rank = job.pg->rank();
   job.size = job.pg->size();
-  if (scenario != "ok" && (k < 0 || k >= job.size)) {
+  if (scenario != "ok" && scenario != "long" && (k < 0 || k >= job.size)) {
     std::fprintf(stderr, "usage: rank K=%d outside [0, %d)\n", k, job.size);
     return kExitUsage;
   }
   if (scenario == "ok") {
     scenario_ok(job);
+  } else if (scenario == "long") {
+    scenario_long(job);
   } else if (scenario == "die-before") {
     scenario_die_before(job, k);
   } else if (scenario == "die-during") {
@@ -221,7 +230,7 @@ int run(const std::string& scenario, int k) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: collective_worker ok | die-before K | die-during K | die-after K | "
+                 "usage: collective_worker ok | long | die-before K | die-during K | die-after K | "
                  "stop K | mismatch K\n");
     return 2;
   }
