@@ -1,14 +1,20 @@
-// Seeded mutation fuzzing of parse_safetensors_header (docs/files.md, "Validation"): valid
+// Seeded mutation fuzzing of parse_safetensors_header and parse_safetensors_index
+// (docs/files.md, "Validation"). Header: valid
 // files, mutated by byte flips, JSON-ish insertions, truncations, slice duplication and
 // rewritten length fields, must either parse into a header whose every entry lies inside the
 // data section with the size its dtype and shape imply, or be rejected with kCorruptData /
 // kNotSupported. Nothing else may escape (another exception, a crash, or, under the sanitizer
 // build, a read outside the buffer: every mutant is parsed from a vector of exactly its size).
+// Index: mutated model.safetensors.index.json texts must parse into a weight map of unique,
+// non-empty, relative names without a ".." component, that format_safetensors_index writes and
+// parse_safetensors_index reads back unchanged, or fail with kCorruptData naming the file.
 // Deterministic: a fixed seed, so a failure names the iteration that reproduces it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -168,6 +174,88 @@ TEST(SafetensorsHeaderFuzz, MutantsParseConsistentlyOrFailWithCorruptDataOrNotSu
   RecordProperty("parsed", parsed);
   RecordProperty("corrupt", corrupt);
   RecordProperty("not_supported", unsupported);
+}
+
+void mutate_text(std::string& t, std::mt19937_64& rng) {
+  auto pick = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
+  switch (rng() % 5) {
+    case 0:
+      if (!t.empty()) t[pick(t.size())] = kAlphabet[pick(kAlphabet.size())];
+      break;
+    case 1:
+      t.insert(pick(t.size() + 1),
+               rng() % 2 ? kTokens[pick(kTokens.size())] : std::string(rng() % 2 ? "../" : "/"));
+      break;
+    case 2:
+      t.resize(pick(t.size() + 1));
+      break;
+    case 3:
+      if (!t.empty()) t.erase(pick(t.size()), 1 + pick(3));
+      break;
+    case 4:
+      if (!t.empty()) {
+        const size_t a = pick(t.size()), len = pick(std::min<size_t>(24, t.size() - a) + 1);
+        t.insert(a, t.substr(a, len));
+      }
+      break;
+  }
+}
+
+TEST(SafetensorsIndexFuzz, MutantsParseIntoASafeWeightMapThatRoundTripsOrAreCorrupt) {
+  const std::vector<std::string> base = {
+      R"({"metadata": {"total_size": 1200, "format": "pt"},
+          "weight_map": {"x": "model-00001-of-00002.safetensors",
+                         "y.w": "sub/model-00002-of-00002.safetensors"}})",
+      R"({"weight_map": {"a": "m.safetensors", "b": "m.safetensors", "c": "n.safetensors"}})",
+      R"({"metadata": {"total_size": 1.5e3}, "weight_map": {}})",
+  };
+  std::mt19937_64 rng(20261201);
+  int parsed = 0, corrupt = 0;
+  constexpr int kIterations = 20000;
+  for (int i = 0; i < kIterations; ++i) {
+    std::string t = base[rng() % base.size()];
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 3); m < n; ++m) mutate_text(t, rng);
+    try {
+      const SafetensorsIndex index = parse_safetensors_index(t, "fuzz.index.json");
+      ++parsed;
+      std::set<std::string> names;
+      for (const auto& [name, file] : index.weight_map) {
+        EXPECT_TRUE(names.insert(name).second) << "iteration " << i << ": duplicate " << name;
+        EXPECT_FALSE(file.empty()) << "iteration " << i;
+        EXPECT_NE(file.front(), '/') << "iteration " << i << ": absolute " << file;
+        // No component may climb out of the index's folder ("a..b" is a plain name).
+        std::string component;
+        for (size_t k = 0; k <= file.size(); ++k) {
+          if (k == file.size() || file[k] == '/') {
+            EXPECT_NE(component, "..") << "iteration " << i << ": " << file;
+            component.clear();
+          } else {
+            component += file[k];
+          }
+        }
+      }
+      const SafetensorsIndex again =
+          parse_safetensors_index(format_safetensors_index(index), "formatted");
+      EXPECT_EQ(again.total_size, index.total_size) << "iteration " << i;
+      auto sorted = [](std::vector<std::pair<std::string, std::string>> v) {
+        std::sort(v.begin(), v.end());
+        return v;
+      };
+      EXPECT_EQ(sorted(again.weight_map), sorted(index.weight_map)) << "iteration " << i;
+    } catch (const Error& e) {
+      ++corrupt;
+      EXPECT_EQ(e.kind(), ErrorKind::kCorruptData) << "iteration " << i << ": " << e.message();
+      EXPECT_NE(e.message().find("fuzz.index.json"), std::string::npos)
+          << "iteration " << i << ": " << e.message();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "iteration " << i << ": non-braid exception: " << e.what();
+    }
+    if (testing::Test::HasFailure()) break;
+  }
+  EXPECT_GT(parsed, kIterations / 100);
+  EXPECT_GT(corrupt, kIterations / 4);
+  RecordProperty("parsed", parsed);
+  RecordProperty("corrupt", corrupt);
 }
 
 }  // namespace
