@@ -15,6 +15,7 @@ APT_PACKAGES=(
   libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev         # kernels GEMM, JSON and YAML
   libcli11-dev                                             # apps/: the braid CLI
   libopenblas-dev                                          # a BLAS peer for bench/
+  libucx-dev                                               # the ucx backend
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
 )

@@ -13,6 +13,10 @@
 #if BRAID_HAVE_MPI
 #include "mpi_backend.h"
 #endif
+#if BRAID_HAVE_UCX
+#include "p2p_collectives.h"
+#include "ucx_transport.h"
+#endif
 
 namespace braid {
 namespace {
@@ -35,6 +39,11 @@ void register_builtin_backends() {
   register_shm_backend();
 #if BRAID_HAVE_MPI
   register_mpi_backend();
+#endif
+#if BRAID_HAVE_UCX
+  register_backend("ucx", [](const BackendContext& ctx) {
+    return p2p::make_p2p_backend("ucx", ctx, make_ucx_transport(ctx));
+  });
 #endif
 }
 

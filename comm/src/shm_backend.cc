@@ -26,6 +26,7 @@ constexpr std::chrono::nanoseconds kMinSpin{500};    // the adaptive spin's floo
 constexpr std::chrono::microseconds kYieldTime{50};  // sched_yield: lets a co-scheduled peer run
 constexpr int kPollsPerClockRead = 16;
 constexpr int kPollsBeforeClock = 64;  // ~1-5 us of pause, within any spin budget
+constexpr int kPollsWithoutPause = 32;
 constexpr std::chrono::milliseconds kSlice{50};
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 
@@ -267,7 +268,9 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
   // clock read, which costs more than the wait it would time.
   if (n_ <= usable_cpus()) {
     for (int i = 0; i < kPollsBeforeClock; ++i) {
-      cpu_relax();
+      // No pause for the first polls: a pause costs tens of cycles, which is most of the
+      // wait when the peer is in step (16-byte all_reduce, 2 ranks: 0.20 against 0.22 us).
+      if (i >= kPollsWithoutPause) cpu_relax();
       if (reached(word.load(std::memory_order_acquire))) return;
     }
   }

@@ -1,0 +1,272 @@
+// The point-to-point backend's frame (docs/p2p.md): creation, run() (one call at a time, the
+// group broken after any error), the rounds every algorithm is made of, the always-on
+// cross-rank check and user send / recv. The algorithms are in p2p_collectives_algos.cc.
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "braid/core/error.h"
+#include "fold.h"
+#include "p2p_collectives_impl.h"
+
+namespace braid::p2p {
+namespace {
+
+constexpr std::chrono::milliseconds kDefaultTimeout{300000};
+constexpr unsigned kCheckPhase = 0;
+
+bool is_reduction(CollectiveKind k) {
+  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kReduceScatter;
+}
+
+bool is_rooted(CollectiveKind k) {
+  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
+}
+
+// "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
+std::string describe(const CallHeader& h) {
+  const auto kind = static_cast<CollectiveKind>(h.kind);
+  std::ostringstream out;
+  out << collective_name(kind);
+  if (kind == CollectiveKind::kBarrier) return out.str();
+  out << " " << static_cast<DType>(h.dtype);
+  if (kind != CollectiveKind::kAllToAllV) out << " x " << h.count;
+  if (is_reduction(kind)) out << " " << reduce_op_name(static_cast<ReduceOp>(h.op));
+  if (is_rooted(kind)) out << " root " << h.root;
+  return out.str();
+}
+
+bool same_call(const CallHeader& a, const CallHeader& b) {
+  const auto kind = static_cast<CollectiveKind>(a.kind);
+  if (a.index != b.index || a.kind != b.kind) return false;
+  if (kind == CollectiveKind::kBarrier) return true;
+  if (a.dtype != b.dtype) return false;
+  if (kind != CollectiveKind::kAllToAllV && a.count != b.count) return false;
+  if (is_reduction(kind) && a.op != b.op) return false;
+  if (is_rooted(kind) && a.root != b.root) return false;
+  return true;
+}
+
+BackendCapabilities make_capabilities() {
+  BackendCapabilities c;
+  c.devices = {DeviceType::kCPU};
+#define BRAID_P2P_DTYPE(e, n, st, T, sz, fl) c.dtypes.push_back(DType::e);
+  BRAID_FOR_EACH_DTYPE(BRAID_P2P_DTYPE)
+#undef BRAID_P2P_DTYPE
+  for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
+    c.collectives.push_back(static_cast<CollectiveKind>(k));
+  }
+  c.point_to_point = true;
+  return c;
+}
+
+}  // namespace
+
+Algo parse_algo(std::string_view text) {
+  if (text.empty() || text == "auto") return Algo::kAuto;
+  if (text == "ring") return Algo::kRing;
+  if (text == "rd") return Algo::kRd;
+  BRAID_FAIL(kInvalidArgument, "p2p: BRAID_P2P_ALGO is '", text,
+             "'; expected one of auto, ring, rd");
+}
+
+Options options_from_env() {
+  Options o;
+  const char* algo = std::getenv("BRAID_P2P_ALGO");
+  o.algo = parse_algo(algo ? algo : "");
+  return o;
+}
+
+std::unique_ptr<Backend> make_p2p_backend(std::string name, const BackendContext& ctx,
+                                          std::unique_ptr<Transport> transport) {
+  return make_p2p_backend(std::move(name), ctx, std::move(transport), options_from_env());
+}
+
+std::unique_ptr<Backend> make_p2p_backend(std::string name, const BackendContext& ctx,
+                                          std::unique_ptr<Transport> transport, Options options) {
+  return std::make_unique<P2pGroup>(std::move(name), ctx, std::move(transport), options);
+}
+
+P2pGroup::P2pGroup(std::string name, const BackendContext& ctx,
+                   std::unique_ptr<Transport> transport, Options options)
+    : name_(std::move(name)),
+      ctx_(ctx),
+      transport_(std::move(transport)),
+      options_(options),
+      caps_(make_capabilities()) {
+  BRAID_CHECK(transport_, kInvalidArgument, name_, ": no transport given");
+  me_ = transport_->rank();
+  n_ = transport_->size();
+  BRAID_CHECK(me_ == ctx.rank && n_ == ctx.size, kInvalidArgument, name_,
+              ": the transport is rank ", me_, " of ", n_, " but the group is rank ", ctx.rank,
+              " of ", ctx.size, "; expected the same");
+  if (ctx_.global_ranks.size() != static_cast<size_t>(n_)) {
+    ctx_.global_ranks.resize(n_);
+    for (int r = 0; r < n_; ++r) ctx_.global_ranks[r] = r;
+  }
+}
+
+std::shared_ptr<Work> P2pGroup::run(const CollectiveDesc& desc) {
+  std::lock_guard<std::mutex> lock(mu_);
+  try {
+    if (broken_) std::rethrow_exception(broken_);
+    if (is_reduction(desc.kind)) check_reducible(desc.dtype, desc.op);  // nothing to undo yet
+    if (desc.kind == CollectiveKind::kSend || desc.kind == CollectiveKind::kRecv) {
+      BRAID_CHECK(desc.tag >= 0 && desc.tag <= kMaxUserTag, kInvalidArgument, name_, ": ",
+                  collective_name(desc.kind), " tag ", desc.tag, "; expected 0 <= tag < 2^62");
+    }
+  } catch (...) {
+    return completed_work(std::current_exception());
+  }
+  auto timeout = desc.timeout.count() > 0 ? desc.timeout : ctx_.timeout;
+  if (timeout.count() <= 0) timeout = kDefaultTimeout;
+  Call c{.desc = desc, .deadline = Clock::now() + timeout, .headers = {}, .factors = {}};
+  try {
+    dispatch(c);
+    return completed_work();
+  } catch (...) {
+    broken_ = std::current_exception();
+  }
+  return completed_work(broken_);
+}
+
+void P2pGroup::dispatch(Call& c) {
+  const CollectiveKind kind = c.desc.kind;
+  if (kind == CollectiveKind::kSend) return send(c);
+  if (kind == CollectiveKind::kRecv) return recv(c);
+  c.index = ++calls_;  // send / recv do not advance the group's collectives
+  check_across_ranks(c);
+  switch (kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kReduceScatter:
+      return Algorithms::reduction(*this, c);
+    case CollectiveKind::kBroadcast:
+      return Algorithms::broadcast(*this, c);
+    case CollectiveKind::kAllGather:
+      return Algorithms::all_gather(*this, c);
+    case CollectiveKind::kGather:
+      return Algorithms::gather(*this, c);
+    case CollectiveKind::kScatter:
+      return Algorithms::scatter(*this, c);
+    case CollectiveKind::kAllToAll:
+    case CollectiveKind::kAllToAllV:
+      return Algorithms::all_to_all(*this, c);
+    case CollectiveKind::kBarrier:  // the check is a dissemination barrier
+    default:
+      return;
+  }
+}
+
+std::string P2pGroup::describe_call(const Call& c) const {
+  std::ostringstream out;
+  out << name_ << ": " << collective_name(c.desc.kind) << " #" << c.desc.seq;
+  if (c.index > 0) out << " (group call #" << c.index << ")";
+  return out.str();
+}
+
+bool P2pGroup::small(const Call& c, uint64_t bytes) const {
+  // Rank 0's setting decides (it came with the cross-rank check), so ranks started with
+  // different BRAID_P2P_ALGO values still run the same algorithm.
+  const auto algo = static_cast<Algo>(c.headers.at(0).algo);
+  if (algo != Algo::kAuto) return algo == Algo::kRd;
+  return bytes <= options_.small_bytes;
+}
+
+void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces) {
+  if (pieces.empty()) return;
+  const uint64_t tag = collective_tag(c.index, phase, step);
+  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<int> peers;
+  requests.reserve(pieces.size());
+  for (const Piece& p : pieces) {
+    requests.push_back(p.send ? transport_->isend(p.peer, tag, p.data, p.bytes)
+                              : transport_->irecv(p.peer, tag, p.data, p.bytes));
+    peers.push_back(p.peer);
+  }
+  transport_->wait_all(requests, peers, c.deadline,
+                       describe_call(c) + " (phase " + std::to_string(phase) + ", step " +
+                           std::to_string(step) + ")");
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].send) continue;
+    const int peer = pieces[i].peer;
+    BRAID_CHECK(requests[i]->received() == pieces[i].bytes, kInvalidArgument, describe_call(c),
+                ": group rank ", peer, " (world rank ", ctx_.global_ranks[peer], ") sent ",
+                requests[i]->received(), " bytes at phase ", phase, " step ", step, "; expected ",
+                pieces[i].bytes, " (the ranks' counts differ)");
+  }
+}
+
+// Note [Cross-rank check]: every collective starts with a Bruck all-gather of each rank's
+// CallHeader (ceil(log2 n) rounds: at distance d send the headers held so far to rank r - d,
+// receive from r + d). Every rank then holds every rank's call and compares them all with its
+// own, so a mismatch fails on every rank, naming both ranks and both calls in the shm
+// backend's wording. The same rounds share the premul_sum factors and are the barrier.
+void P2pGroup::check_across_ranks(Call& c) {
+  const CollectiveDesc& d = c.desc;
+  CallHeader mine;
+  mine.index = c.index;
+  mine.seq = d.seq;
+  mine.signature = d.signature;
+  mine.count = d.count;
+  mine.premul = d.premul_factor;
+  mine.root = d.root;
+  mine.kind = static_cast<uint8_t>(d.kind);
+  mine.dtype = static_cast<uint8_t>(d.dtype);
+  mine.op = static_cast<uint8_t>(d.op);
+  mine.algo = static_cast<uint8_t>(options_.algo);
+  std::vector<CallHeader> rotated(n_);  // [j]: rank (me + j) % n
+  rotated[0] = mine;
+  uint64_t step = 0;
+  for (int dist = 1; dist < n_; dist *= 2, ++step) {
+    const int cnt = std::min(dist, n_ - dist);
+    round(c, kCheckPhase, step,
+          {{(me_ - dist + n_) % n_, true, rotated.data(), cnt * sizeof(CallHeader)},
+           {(me_ + dist) % n_, false, rotated.data() + dist, cnt * sizeof(CallHeader)}});
+  }
+  c.headers.resize(n_);
+  for (int j = 0; j < n_; ++j) c.headers[(me_ + j) % n_] = rotated[j];
+  for (int p = 0; p < n_; ++p) {
+    const CallHeader& theirs = c.headers[p];
+    if (same_call(mine, theirs)) continue;
+    BRAID_FAIL(kInvalidArgument, name_, ": collective mismatch at group call #", mine.index,
+               ": group rank ", me_, " (world rank ", ctx_.global_ranks[me_], ") called ",
+               describe(mine), " (seq ", mine.seq, ", call #", mine.index, ") but group rank ", p,
+               " (world rank ", ctx_.global_ranks[p], ") called ", describe(theirs), " (seq ",
+               theirs.seq, ", call #", theirs.index,
+               "); expected every rank of the group to make the same collective calls in the "
+               "same order");
+  }
+  if (d.op == ReduceOp::kPremulSum && is_reduction(d.kind)) {
+    c.factors.resize(n_);
+    for (int p = 0; p < n_; ++p) c.factors[p] = c.headers[p].premul;
+  }
+}
+
+void P2pGroup::send(Call& c) {
+  const CollectiveDesc& d = c.desc;
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.push_back(transport_->isend(d.peer, static_cast<uint64_t>(d.tag), d.send,
+                                       d.count * dtype_size(d.dtype)));
+  transport_->wait_all(requests, {d.peer}, c.deadline,
+                       describe_call(c) + " to group rank " + std::to_string(d.peer) + " tag " +
+                           std::to_string(d.tag));
+}
+
+void P2pGroup::recv(Call& c) {
+  const CollectiveDesc& d = c.desc;
+  const size_t bytes = d.count * dtype_size(d.dtype);
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.push_back(transport_->irecv(d.peer, static_cast<uint64_t>(d.tag), d.recv, bytes));
+  transport_->wait_all(requests, {d.peer}, c.deadline,
+                       describe_call(c) + " from group rank " + std::to_string(d.peer) + " tag " +
+                           std::to_string(d.tag));
+  BRAID_CHECK(requests[0]->received() == bytes, kInvalidArgument, describe_call(c),
+              ": the message from group rank ", d.peer, " (world rank ", ctx_.global_ranks[d.peer],
+              ") with tag ", d.tag, " has ", requests[0]->received(), " bytes; expected ", bytes,
+              " (", d.count, " x ", d.dtype, ")");
+}
+
+}  // namespace braid::p2p

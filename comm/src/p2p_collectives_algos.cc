@@ -1,0 +1,321 @@
+// The point-to-point collectives' algorithms (docs/p2p.md, "Algorithms"). Reductions never
+// combine partial results: they move raw contributions and fold them with Folder in rank
+// order (fold.h), so the bits do not depend on the algorithm, the rank count's shape or the
+// message size. Each algorithm is a sequence of rounds (P2pGroup::round); a round's tag
+// carries the call index, a phase and a step, so rounds never match each other's messages.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "braid/core/error.h"
+#include "fold.h"
+#include "p2p_collectives_impl.h"
+
+namespace braid::p2p {
+namespace {
+
+// Phases of a call's tags (0 is the cross-rank check).
+constexpr unsigned kPhaseA = 1, kPhaseB = 2;
+
+using RoundFn = std::function<void(unsigned, uint64_t, const std::vector<Piece>&)>;
+
+struct Ctx {
+  int me, n;
+  RoundFn round;
+};
+
+// Byte offsets and lengths of the n blocks `count` elements split into (block_start).
+struct Blocks {
+  std::vector<size_t> off, len;
+};
+
+Blocks split(int64_t count, size_t esz, int n) {
+  Blocks b;
+  for (int r = 0; r < n; ++r) {
+    const int64_t s = block_start(count, r, n), e = block_start(count, r + 1, n);
+    b.off.push_back(static_cast<size_t>(s) * esz);
+    b.len.push_back(static_cast<size_t>(e - s) * esz);
+  }
+  return b;
+}
+
+Blocks equal(size_t block, int n) {
+  Blocks b;
+  for (int r = 0; r < n; ++r) {
+    b.off.push_back(r * block);
+    b.len.push_back(block);
+  }
+  return b;
+}
+
+void copy_if_apart(void* dst, const void* src, size_t bytes) {
+  if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
+}
+
+// Bruck all-gather (recursive doubling for any n): ceil(log2 n) rounds; at distance d a rank
+// sends the min(d, n - d) blocks it holds to rank r - d and receives as many from r + d.
+// `out` gets rank p's `block` bytes at p * block. Bytes per rank: (n - 1) * block in and out.
+void bruck_all_gather(const Ctx& x, unsigned phase, const void* mine, size_t block, uint8_t* out) {
+  std::vector<uint8_t> rot(x.n * block);  // [j]: rank (me + j) % n
+  if (block > 0) std::memcpy(rot.data(), mine, block);
+  uint64_t step = 0;
+  for (int dist = 1; dist < x.n; dist *= 2, ++step) {
+    const size_t bytes = std::min(dist, x.n - dist) * block;
+    x.round(phase, step,
+            {{(x.me - dist + x.n) % x.n, true, rot.data(), bytes},
+             {(x.me + dist) % x.n, false, rot.data() + dist * block, bytes}});
+  }
+  for (int j = 0; j < x.n; ++j)
+    copy_if_apart(out + ((x.me + j) % x.n) * block, rot.data() + j * block, block);
+}
+
+// Ring all-gather in place: `buf` holds this rank's block at b.off[me]; n - 1 rounds, round s
+// passes block (me - s) to me + 1 and takes block (me - s - 1) from me - 1. Bytes per rank:
+// the whole buffer less its own block, in and out.
+void ring_all_gather(const Ctx& x, unsigned phase, uint8_t* buf, const Blocks& b) {
+  const int next = (x.me + 1) % x.n, prev = (x.me - 1 + x.n) % x.n;
+  for (int s = 0; s + 1 < x.n; ++s) {
+    const int out = (x.me - s + x.n) % x.n, in = (x.me - s - 1 + 2 * x.n) % x.n;
+    x.round(
+        phase, s,
+        {{next, true, buf + b.off[out], b.len[out]}, {prev, false, buf + b.off[in], b.len[in]}});
+  }
+}
+
+// Pairwise exchange: n - 1 rounds, round k sends block (me + k) of `in` to rank me + k and
+// receives rank (me - k)'s block for this rank into `out` at r_off[me - k]. Bytes per rank:
+// every block but its own, in and out.
+void pairwise(const Ctx& x, unsigned phase, const uint8_t* in, const Blocks& s, uint8_t* out,
+              const Blocks& r) {
+  copy_if_apart(out + r.off[x.me], in + s.off[x.me], s.len[x.me]);
+  for (int k = 1; k < x.n; ++k) {
+    const int to = (x.me + k) % x.n, from = (x.me - k + x.n) % x.n;
+    x.round(phase, k,
+            {{to, true, const_cast<uint8_t*>(in) + s.off[to], s.len[to]},
+             {from, false, out + r.off[from], r.len[from]}});
+  }
+}
+
+// Binomial gather to `root` of equal blocks: `rel` holds n blocks in order of relative rank
+// (me - root) mod n, this rank's at its own position. A rank with relative rank v receives
+// its children's subtrees (v + 2^k) and then sends its own subtree to v - 2^k (the lowest set
+// bit of v). ceil(log2 n) rounds; the root receives (n - 1) * block.
+void binomial_gather(const Ctx& x, unsigned phase, uint8_t* rel, size_t block, int root) {
+  const int v = (x.me - root + x.n) % x.n;
+  uint64_t step = 0;
+  for (int mask = 1; mask < x.n; mask *= 2, ++step) {
+    if (v & mask) {
+      const size_t bytes = std::min(mask, x.n - v) * block;
+      x.round(phase, step, {{(v - mask + root) % x.n, true, rel + v * block, bytes}});
+      return;
+    }
+    const int child = v + mask;
+    if (child < x.n) {
+      const size_t bytes = std::min(mask, x.n - child) * block;
+      x.round(phase, step, {{(child + root) % x.n, false, rel + child * block, bytes}});
+    }
+  }
+}
+
+// Binomial broadcast of `bytes` at `buf` from `root`: receive from the parent (v minus its
+// lowest set bit), then send to v + 2^k for the k below that bit. ceil(log2 n) rounds; each
+// rank receives `bytes` once and sends it up to log2 n times.
+void binomial_broadcast(const Ctx& x, unsigned phase, uint8_t* buf, size_t bytes, int root) {
+  const int v = (x.me - root + x.n) % x.n;
+  int mask = 1;
+  while (mask < x.n && !(v & mask)) mask *= 2;
+  if (mask < x.n) x.round(phase, 0, {{(v - mask + root) % x.n, false, buf, bytes}});
+  std::vector<Piece> sends;
+  for (mask /= 2; mask > 0; mask /= 2) {
+    if (v + mask < x.n) sends.push_back({(v + mask + root) % x.n, true, buf, bytes});
+  }
+  x.round(phase, 0, sends);
+}
+
+// Linear gather (to_root) or scatter of blocks `b` of the root's `buf`; the other ranks send
+// or receive `mine`. One round.
+void linear(const Ctx& x, unsigned phase, bool to_root, uint8_t* buf, const Blocks& b,
+            uint8_t* mine, int root) {
+  if (x.me != root) {
+    x.round(phase, 0, {{root, to_root, mine, b.len[x.me]}});
+    return;
+  }
+  std::vector<Piece> pieces;
+  for (int p = 0; p < x.n; ++p) {
+    if (p != root) pieces.push_back({p, to_root ? false : true, buf + b.off[p], b.len[p]});
+  }
+  if (to_root) {
+    copy_if_apart(buf + b.off[root], mine, b.len[root]);
+  } else {
+    copy_if_apart(mine, buf + b.off[root], b.len[root]);
+  }
+  x.round(phase, 0, pieces);
+}
+
+}  // namespace
+
+#define BRAID_P2P_CTX(g)                                                                \
+  Ctx x {                                                                               \
+    g.me_, g.n_, [&g, &c](unsigned phase, uint64_t step, const std::vector<Piece>& p) { \
+      g.round(c, phase, step, p);                                                       \
+    }                                                                                   \
+  }
+
+// all_reduce, reduce, reduce_scatter (docs/p2p.md, "Reductions").
+void Algorithms::reduction(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const int n = x.n, me = x.me;
+  const size_t esz = dtype_size(d.dtype);
+  Folder folder(d.dtype, d.op, c.factors, n, &g.fold_scratch_);
+  std::vector<const void*> rows(n);
+  const auto* send = static_cast<const uint8_t*>(d.send);
+  auto* recv = static_cast<uint8_t*>(d.recv);
+  const size_t bytes = d.count * esz;  // one rank's contribution (all_reduce, reduce)
+
+  if (d.kind == CollectiveKind::kReduceScatter) {
+    const size_t whole = n * bytes;  // each rank's input
+    std::vector<uint8_t> got;
+    if (g.small(c, whole)) {  // all inputs everywhere, fold this rank's block
+      got.resize(n * whole);
+      bruck_all_gather(x, kPhaseA, send, whole, got.data());
+      for (int p = 0; p < n; ++p) rows[p] = got.data() + p * whole + me * bytes;
+    } else {  // block me of every rank
+      got.resize(n * bytes);
+      pairwise(x, kPhaseA, send, equal(bytes, n), got.data(), equal(bytes, n));
+      for (int p = 0; p < n; ++p) rows[p] = got.data() + p * bytes;
+    }
+    folder.fold(rows.data(), n, d.count, recv);
+    return;
+  }
+
+  const bool has_result = d.kind == CollectiveKind::kAllReduce || me == d.root;
+  if (g.small(c, bytes)) {
+    std::vector<uint8_t> got(n * bytes);
+    if (d.kind == CollectiveKind::kAllReduce) {
+      bruck_all_gather(x, kPhaseA, send, bytes, got.data());
+    } else {  // raw contributions up a binomial tree, in relative-rank order
+      const int v = (me - d.root + n) % n;
+      copy_if_apart(got.data() + v * bytes, send, bytes);
+      binomial_gather(x, kPhaseA, got.data(), bytes, d.root);
+      if (!has_result) return;
+      std::vector<uint8_t> ordered(n * bytes);
+      for (int p = 0; p < n; ++p) {
+        copy_if_apart(ordered.data() + p * bytes, got.data() + ((p - d.root + n) % n) * bytes,
+                      bytes);
+      }
+      got.swap(ordered);
+    }
+    for (int p = 0; p < n; ++p) rows[p] = got.data() + p * bytes;
+    folder.fold(rows.data(), n, d.count, recv);
+    return;
+  }
+
+  // Large: pairwise reduce-scatter of raw blocks, fold block me, then all-gather / gather.
+  const Blocks b = split(d.count, esz, n);
+  std::vector<uint8_t> got(n * b.len[me]);
+  pairwise(x, kPhaseA, send, b, got.data(), equal(b.len[me], n));
+  for (int p = 0; p < n; ++p) rows[p] = got.data() + p * b.len[me];
+  std::vector<uint8_t> folded;
+  uint8_t* mine = nullptr;
+  if (has_result) {
+    mine = recv + b.off[me];
+  } else {
+    folded.resize(b.len[me]);
+    mine = folded.data();
+  }
+  folder.fold(rows.data(), n, static_cast<int64_t>(b.len[me] / esz), mine);
+  if (d.kind == CollectiveKind::kAllReduce) {
+    ring_all_gather(x, kPhaseB, recv, b);
+  } else {
+    linear(x, kPhaseB, true, recv, b, mine, d.root);
+  }
+}
+
+void Algorithms::broadcast(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const size_t esz = dtype_size(d.dtype), bytes = d.count * esz;
+  auto* buf = static_cast<uint8_t*>(d.recv);
+  if (x.me == d.root) copy_if_apart(buf, d.send, bytes);
+  if (g.small(c, bytes) || x.n <= 2) return binomial_broadcast(x, kPhaseA, buf, bytes, d.root);
+  // Large: the root scatters the blocks, then a ring all-gather; each rank sends and receives
+  // about the message once instead of log2 n times.
+  const Blocks b = split(d.count, esz, x.n);
+  linear(x, kPhaseA, false, buf, b, buf + b.off[x.me], d.root);
+  ring_all_gather(x, kPhaseB, buf, b);
+}
+
+void Algorithms::all_gather(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const size_t block = d.count * dtype_size(d.dtype);
+  auto* recv = static_cast<uint8_t*>(d.recv);
+  if (g.small(c, x.n * block)) return bruck_all_gather(x, kPhaseA, d.send, block, recv);
+  copy_if_apart(recv + x.me * block, d.send, block);
+  ring_all_gather(x, kPhaseA, recv, equal(block, x.n));
+}
+
+void Algorithms::gather(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const int n = x.n;
+  const size_t block = d.count * dtype_size(d.dtype);
+  auto* recv = static_cast<uint8_t*>(d.recv);
+  auto* mine = const_cast<uint8_t*>(static_cast<const uint8_t*>(d.send));
+  if (!g.small(c, n * block)) return linear(x, kPhaseA, true, recv, equal(block, n), mine, d.root);
+  std::vector<uint8_t> rel(n * block);
+  const int v = (x.me - d.root + n) % n;
+  copy_if_apart(rel.data() + v * block, mine, block);
+  binomial_gather(x, kPhaseA, rel.data(), block, d.root);
+  if (x.me != d.root) return;
+  for (int p = 0; p < n; ++p) {
+    copy_if_apart(recv + p * block, rel.data() + ((p - d.root + n) % n) * block, block);
+  }
+}
+
+void Algorithms::scatter(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const size_t block = d.count * dtype_size(d.dtype);
+  auto* send = const_cast<uint8_t*>(static_cast<const uint8_t*>(d.send));
+  linear(x, kPhaseA, false, send, equal(block, x.n), static_cast<uint8_t*>(d.recv), d.root);
+}
+
+void Algorithms::all_to_all(P2pGroup& g, Call& c) {
+  BRAID_P2P_CTX(g);
+  const CollectiveDesc& d = c.desc;
+  const int n = x.n;
+  const size_t esz = dtype_size(d.dtype);
+  Blocks s, r;
+  if (d.kind == CollectiveKind::kAllToAll) {
+    s = r = equal(d.count * esz, n);
+  } else {
+    BRAID_CHECK(d.send_counts.size() == size_t(n) && d.recv_counts.size() == size_t(n) &&
+                    d.send_offsets.size() == size_t(n) && d.recv_offsets.size() == size_t(n),
+                kInvalidArgument, g.describe_call(c), ": all_to_all_v has ", d.send_counts.size(),
+                " send counts and ", d.recv_counts.size(), " recv counts; expected ", n, " each");
+    for (int p = 0; p < n; ++p) {
+      s.off.push_back(d.send_offsets[p] * esz);
+      s.len.push_back(d.send_counts[p] * esz);
+      r.off.push_back(d.recv_offsets[p] * esz);
+      r.len.push_back(d.recv_counts[p] * esz);
+    }
+  }
+  size_t send_end = 0, recv_end = 0;
+  for (int p = 0; p < n; ++p) {
+    send_end = std::max(send_end, s.off[p] + s.len[p]);
+    recv_end = std::max(recv_end, r.off[p] + r.len[p]);
+  }
+  const auto* in = static_cast<const uint8_t*>(d.send);
+  auto* out = static_cast<uint8_t*>(d.recv);
+  std::vector<uint8_t> staged;
+  const bool overlap = in && out && in < out + recv_end && out < in + send_end;
+  if (overlap) {  // in place: the blocks sent must not be overwritten by those received
+    staged.assign(in, in + send_end);
+    in = staged.data();
+  }
+  pairwise(x, kPhaseA, in, s, out, r);
+}
+
+}  // namespace braid::p2p

@@ -1,0 +1,94 @@
+// The group behind make_p2p_backend (p2p_collectives.h). p2p_collectives.cc: creation, run(),
+// the rounds of sends and receives, the cross-rank check, send / recv;
+// p2p_collectives_algos.cc: the algorithms (docs/p2p.md, "Algorithms"). Private to comm/.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "braid/comm/backend.h"
+#include "p2p_collectives.h"
+
+namespace braid::p2p {
+
+// One rank's call as the cross-rank check carries it (docs/p2p.md, "Cross-rank check").
+struct CallHeader {
+  uint64_t index = 0, seq = 0, signature = 0;
+  int64_t count = 0;
+  double premul = 1.0;
+  int32_t root = 0;
+  uint8_t kind = 0, dtype = 0, op = 0;
+  uint8_t algo = 0;  // the sender's Options::algo: rank 0's decides for the call
+};
+static_assert(sizeof(CallHeader) == 48);
+
+// One piece of a round: send `bytes` at `data` to `peer`, or receive them from it.
+struct Piece {
+  int peer;
+  bool send;
+  void* data;
+  size_t bytes;
+};
+
+struct Call {
+  const CollectiveDesc& desc;
+  Clock::time_point deadline;
+  uint64_t index = 0;               // collectives this rank entered in the group, this one included
+  std::vector<CallHeader> headers;  // every rank's call, after the check
+  std::vector<double> factors;      // premul_sum: rank r's factor at [r]
+};
+
+class P2pGroup final : public Backend {
+ public:
+  P2pGroup(std::string name, const BackendContext& ctx, std::unique_ptr<Transport> transport,
+           Options options);
+
+  std::string_view name() const override { return name_; }
+  const BackendCapabilities& capabilities() const override { return caps_; }
+  std::shared_ptr<Work> run(const CollectiveDesc& desc) override;
+
+ private:
+  friend struct Algorithms;
+  void dispatch(Call& c);
+  // Posts every piece, then waits for all of them (kTimeout at the call's deadline). Each
+  // receive must bring exactly its bytes.
+  void round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces);
+  void check_across_ranks(Call& c);
+  bool small(const Call& c, uint64_t bytes) const;
+  std::string describe_call(const Call& c) const;
+  void send(Call& c);
+  void recv(Call& c);
+
+  std::string name_;
+  BackendContext ctx_;
+  std::unique_ptr<Transport> transport_;
+  Options options_;
+  int me_ = 0, n_ = 1;
+  std::mutex mu_;              // one call at a time
+  std::exception_ptr broken_;  // the error that left the group unusable
+  uint64_t calls_ = 0;
+  std::vector<uint8_t> fold_scratch_;
+  BackendCapabilities caps_;
+};
+
+// The algorithms (p2p_collectives_algos.cc); a friend of P2pGroup.
+struct Algorithms {
+  static void reduction(P2pGroup& g, Call& c);
+  static void broadcast(P2pGroup& g, Call& c);
+  static void all_gather(P2pGroup& g, Call& c);
+  static void gather(P2pGroup& g, Call& c);
+  static void scatter(P2pGroup& g, Call& c);
+  static void all_to_all(P2pGroup& g, Call& c);
+};
+
+// Element range of block r when `count` elements are split into n blocks: [start(r), start(r+1)).
+inline int64_t block_start(int64_t count, int r, int n) {
+  return static_cast<int64_t>(static_cast<__int128>(count) * r / n);
+}
+
+}  // namespace braid::p2p

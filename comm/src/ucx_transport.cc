@@ -1,0 +1,369 @@
+// The UCX transport (docs/ucx.md): start-up (context, workers, address exchange through the
+// store, endpoints), isend / irecv on ucp_tag_send_nbx / ucp_tag_recv_nbx, the wait (progress,
+// a short spin, then blocking on the workers' event fds until the deadline) and shut-down.
+//
+// Note [One worker per peer]: UCP tag matching matches the 64-bit tag only, never the sender,
+// and p2p::Transport's tags use all 64 bits (p2p_collectives.h's layout), so no bits are left
+// to carry the source rank. Each rank therefore opens one worker per peer (itself included)
+// with exactly one endpoint on it: a receive posted on peer q's worker can only match what q
+// sent, and messages of one (peer, tag) stay in order because one endpoint carries them.
+#include "ucx_transport.h"
+
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+
+namespace braid {
+namespace {
+
+using p2p::Clock;
+
+// Progress back to back for this long before blocking on the event fds: a reply that is
+// already on its way costs no system call.
+constexpr std::chrono::microseconds kSpinTime{50};
+// Longest single poll(): bounds how late a completion is noticed should a transport not
+// signal its event fd (the wait still sleeps, it does not spin).
+constexpr int kMaxPollMs = 10;
+// How long shut-down waits for endpoints to flush before it forces them closed.
+constexpr std::chrono::milliseconds kCloseTime{2000};
+
+struct OpState {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+  size_t length = 0;
+};
+
+void on_send(void* /*request*/, ucs_status_t status, void* user) {
+  auto* s = static_cast<OpState*>(user);
+  s->status = status;
+  s->done = true;
+}
+
+void on_recv(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user) {
+  auto* s = static_cast<OpState*>(user);
+  s->status = status;
+  if (status == UCS_OK) s->length = info->length;
+  s->done = true;
+}
+
+// The connection to one peer (Note [One worker per peer]).
+struct Lane {
+  ucp_worker_h worker = nullptr;
+  ucp_ep_h ep = nullptr;
+  int efd = -1;
+  ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
+};
+
+void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  static_cast<Lane*>(arg)->error = status;
+}
+
+void check_ucs(ucs_status_t status, const char* what) {
+  BRAID_CHECK(status == UCS_OK, kInternal, "ucx transport: ", what,
+              " failed: ", ucs_status_string(status));
+}
+
+class UcxRequest final : public p2p::Request {
+ public:
+  UcxRequest(Lane& lane, int peer) : lane_(lane), peer_(peer) {}
+  ~UcxRequest() override {
+    if (!handle_) return;
+    // Unfinished (an error or a timeout ended the wait): cancel it; after free, UCX calls no
+    // callback, so state_ may go.
+    if (!state_.done) ucp_request_cancel(lane_.worker, handle_);
+    ucp_request_free(handle_);
+  }
+  bool test() override {
+    if (!state_.done) ucp_worker_progress(lane_.worker);
+    return state_.done;
+  }
+  size_t received() const override { return state_.length; }
+
+  // Takes what ucp_*_nbx returned: NULL (done), an error, or a request handle.
+  void adopt(ucs_status_ptr_t r) {
+    if (r == nullptr) {
+      state_.done = true;
+    } else if (UCS_PTR_IS_ERR(r)) {
+      state_.status = UCS_PTR_STATUS(r);
+      state_.done = true;
+    } else {
+      handle_ = r;
+    }
+  }
+  OpState& state() { return state_; }
+  int peer() const { return peer_; }
+
+ private:
+  Lane& lane_;
+  int peer_;
+  OpState state_;
+  void* handle_ = nullptr;
+};
+
+class UcxTransport final : public p2p::Transport {
+ public:
+  explicit UcxTransport(const BackendContext& ctx) : ctx_(ctx), lanes_(ctx.size) {
+    BRAID_CHECK(ctx.size >= 1 && ctx.rank >= 0 && ctx.rank < ctx.size, kInvalidArgument,
+                "make_ucx_transport: rank ", ctx.rank, " of size ", ctx.size,
+                ": expected 0 <= rank < size");
+    BRAID_CHECK(ctx.store != nullptr, kInvalidArgument, "make_ucx_transport: no store");
+    try {
+      start();
+    } catch (...) {
+      shut_down();
+      throw;
+    }
+  }
+  ~UcxTransport() override { shut_down(); }
+
+  int rank() const override { return ctx_.rank; }
+  int size() const override { return ctx_.size; }
+
+  std::unique_ptr<p2p::Request> isend(int peer, uint64_t tag, const void* data,
+                                      size_t bytes) override {
+    Lane& lane = lane_of(peer, "isend");
+    auto req = std::make_unique<UcxRequest>(lane, peer);
+    ucp_request_param_t p = params(req->state());
+    p.cb.send = on_send;
+    req->adopt(ucp_tag_send_nbx(lane.ep, data, bytes, tag, &p));
+    return req;
+  }
+
+  std::unique_ptr<p2p::Request> irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    Lane& lane = lane_of(peer, "irecv");
+    auto req = std::make_unique<UcxRequest>(lane, peer);
+    ucp_request_param_t p = params(req->state());
+    p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the callback always reports the length
+    p.cb.recv = on_recv;
+    req->adopt(ucp_tag_recv_nbx(lane.worker, data, bytes, tag, ~uint64_t{0}, &p));
+    return req;
+  }
+
+  void wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests, const std::vector<int>& peers,
+                Clock::time_point deadline, const std::string& what) override;
+
+ private:
+  void start();
+  void shut_down();
+  void close_endpoints();
+  Lane& lane_of(int peer, const char* op) {
+    BRAID_CHECK(peer >= 0 && peer < ctx_.size, kInvalidArgument, "ucx transport ", op, ": peer ",
+                peer, " is outside the group of ", ctx_.size, " ranks");
+    return lanes_[peer];
+  }
+  static ucp_request_param_t params(OpState& state) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.user_data = &state;
+    return p;
+  }
+  // Sleeps on the event fds of `peers`' workers until one fires or `deadline` (at most
+  // kMaxPollMs); returns at once when a worker has events pending.
+  void block(const std::vector<int>& peers, Clock::time_point deadline);
+  std::string peer_text(const std::vector<int>& peers) const;
+
+  BackendContext ctx_;
+  ucp_context_h context_ = nullptr;
+  std::vector<Lane> lanes_;
+};
+
+void UcxTransport::start() {
+  ucp_config_t* config = nullptr;
+  check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = static_cast<size_t>(ctx_.size);
+  const ucs_status_t st = ucp_init(&params, config, &context_);
+  ucp_config_release(config);
+  BRAID_CHECK(st == UCS_OK, kInternal, "ucx transport: ucp_init failed: ", ucs_status_string(st),
+              " (UCX_TLS=", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<unset>", ")");
+
+  // One worker per peer; publish all their addresses, slot q for peer q, as
+  // [u32 length, bytes] records.
+  std::vector<uint8_t> blob;
+  for (Lane& lane : lanes_) {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE | UCP_WORKER_PARAM_FIELD_EVENTS;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // the backend serializes calls
+    wp.events = UCP_WAKEUP_TAG_SEND | UCP_WAKEUP_TAG_RECV;
+    check_ucs(ucp_worker_create(context_, &wp, &lane.worker), "ucp_worker_create");
+    check_ucs(ucp_worker_get_efd(lane.worker, &lane.efd), "ucp_worker_get_efd");
+    ucp_address_t* address = nullptr;
+    size_t length = 0;
+    check_ucs(ucp_worker_get_address(lane.worker, &address, &length), "ucp_worker_get_address");
+    const auto n = static_cast<uint32_t>(length);
+    const auto* bytes = reinterpret_cast<const uint8_t*>(address);
+    blob.insert(blob.end(), reinterpret_cast<const uint8_t*>(&n),
+                reinterpret_cast<const uint8_t*>(&n) + sizeof(n));
+    blob.insert(blob.end(), bytes, bytes + length);
+    ucp_worker_release_address(lane.worker, address);
+  }
+  ctx_.store->set("ucx/addr/" + std::to_string(ctx_.rank), std::span<const uint8_t>(blob));
+
+  for (int q = 0; q < ctx_.size; ++q) {
+    const std::string key = "ucx/addr/" + std::to_string(q);
+    const std::vector<uint8_t> theirs =
+        ctx_.timeout.count() > 0 ? ctx_.store->get(key, ctx_.timeout) : ctx_.store->get(key);
+    // Find their slot for me.
+    size_t off = 0;
+    for (int slot = 0;; ++slot) {
+      uint32_t n = 0;
+      BRAID_CHECK(off + sizeof(n) <= theirs.size(), kCorruptData, "ucx transport: store key '", key,
+                  "' holds ", theirs.size(), " bytes: too short for ", ctx_.size,
+                  " worker addresses");
+      std::memcpy(&n, theirs.data() + off, sizeof(n));
+      off += sizeof(n);
+      BRAID_CHECK(off + n <= theirs.size(), kCorruptData, "ucx transport: store key '", key,
+                  "': address ", slot, " of ", n, " bytes runs past the value's end");
+      if (slot == ctx_.rank) {
+        Lane& lane = lanes_[q];
+        ucp_ep_params_t ep{};
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data() + off);
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        ep.err_handler.cb = on_ep_error;
+        ep.err_handler.arg = &lane;
+        const ucs_status_t st = ucp_ep_create(lane.worker, &ep, &lane.ep);
+        // Peer error handling needs a transport that detects peer failure (tcp, InfiniBand);
+        // shared memory alone (UCX_TLS=posix, sysv) cannot reach a peer in this mode.
+        BRAID_CHECK(st != UCS_ERR_UNREACHABLE, kNotSupported, "ucx transport: no UCX transport ",
+                    "reaches peer ", q, " with peer-failure detection (UCX_TLS=",
+                    std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<unset>",
+                    "); expected tcp or an InfiniBand transport among them (docs/ucx.md)");
+        check_ucs(st, "ucp_ep_create");
+        break;
+      }
+      off += n;
+    }
+  }
+}
+
+void UcxTransport::close_endpoints() {
+  std::vector<std::pair<Lane*, void*>> closing;
+  for (Lane& lane : lanes_) {
+    if (!lane.ep) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = lane.error == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;  // flush a healthy one
+    ucs_status_ptr_t r = ucp_ep_close_nbx(lane.ep, &p);
+    lane.ep = nullptr;
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(&lane, r);
+  }
+  // Wait for the flushes, sleeping on the event fds; force what is left after kCloseTime.
+  const auto end = Clock::now() + kCloseTime;
+  while (!closing.empty()) {
+    std::vector<int> peers;
+    for (auto it = closing.begin(); it != closing.end();) {
+      ucp_worker_progress(it->first->worker);
+      if (ucp_request_check_status(it->second) != UCS_INPROGRESS) {
+        ucp_request_free(it->second);
+        it = closing.erase(it);
+      } else {
+        peers.push_back(static_cast<int>(it->first - lanes_.data()));
+        ++it;
+      }
+    }
+    if (closing.empty()) break;
+    if (Clock::now() >= end) {
+      for (auto& [lane, r] : closing) ucp_request_free(r);  // destroying the worker ends them
+      break;
+    }
+    block(peers, end);
+  }
+}
+
+void UcxTransport::shut_down() {
+  if (!context_) return;
+  close_endpoints();
+  for (Lane& lane : lanes_) {
+    if (lane.worker) ucp_worker_destroy(lane.worker);
+    lane.worker = nullptr;
+  }
+  ucp_cleanup(context_);
+  context_ = nullptr;
+}
+
+void UcxTransport::block(const std::vector<int>& peers, Clock::time_point deadline) {
+  std::vector<pollfd> fds;
+  for (int q : peers) {
+    if (std::any_of(fds.begin(), fds.end(), [&](const pollfd& f) { return f.fd == lanes_[q].efd; }))
+      continue;
+    const ucs_status_t st = ucp_worker_arm(lanes_[q].worker);
+    if (st == UCS_ERR_BUSY) return;  // events pending: progress again
+    check_ucs(st, "ucp_worker_arm");
+    fds.push_back({lanes_[q].efd, POLLIN, 0});
+  }
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const int ms = static_cast<int>(std::clamp<int64_t>(left, 0, kMaxPollMs));
+  ::poll(fds.data(), fds.size(), ms);  // EINTR or a timeout: the caller checks and loops
+}
+
+std::string UcxTransport::peer_text(const std::vector<int>& peers) const {
+  std::vector<int> sorted = peers;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  std::ostringstream out;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const int q = sorted[i];
+    out << (i ? ", " : "") << q;
+    if (q < static_cast<int>(ctx_.global_ranks.size()) && ctx_.global_ranks[q] != q)
+      out << " (world rank " << ctx_.global_ranks[q] << ")";
+  }
+  return out.str();
+}
+
+void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests,
+                            const std::vector<int>& peers, Clock::time_point deadline,
+                            const std::string& what) {
+  BRAID_CHECK(peers.size() == requests.size(), kInvalidArgument, "ucx transport wait_all(", what,
+              "): ", peers.size(), " peers for ", requests.size(),
+              " requests; expected one peer per request");
+  const auto spin_end = Clock::now() + kSpinTime;
+  while (true) {
+    std::vector<int> pending, lost;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto* r = static_cast<UcxRequest*>(requests[i].get());
+      if (!r->test()) {
+        pending.push_back(peers[i]);
+        if (lanes_[peers[i]].error != UCS_OK) lost.push_back(peers[i]);
+        continue;
+      }
+      const ucs_status_t st = r->state().status;
+      if (st == UCS_OK) continue;
+      BRAID_CHECK(st != UCS_ERR_MESSAGE_TRUNCATED, kInvalidArgument, "ucx transport: ", what,
+                  ": the message from peer ", peer_text({peers[i]}),
+                  " is longer than the receive buffer");
+      BRAID_FAIL(kPeerLost, "ucx transport: ", what, ": the connection to peer ",
+                 peer_text({peers[i]}), " failed: ", ucs_status_string(st));
+    }
+    if (pending.empty()) return;
+    if (!lost.empty()) {
+      BRAID_FAIL(kPeerLost, "ucx transport: ", what, ": lost peer ", peer_text(lost), " (",
+                 ucs_status_string(lanes_[lost.front()].error), "); waiting on peers ",
+                 peer_text(pending));
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      BRAID_FAIL(kTimeout, "ucx transport: ", what, ": timed out with ", pending.size(), " of ",
+                 requests.size(), " requests unfinished, waiting on peers ", peer_text(pending));
+    }
+    if (now >= spin_end) block(pending, deadline);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx) {
+  return std::make_unique<UcxTransport>(ctx);
+}
+
+}  // namespace braid

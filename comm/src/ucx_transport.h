@@ -1,0 +1,19 @@
+// The UCX transport (docs/ucx.md): p2p::Transport over UCP tag matching, used by the "ucx"
+// backend (the collectives of p2p_collectives.h over it; registered in backend_registry.cc).
+// Compiled only when CMake found UCX (BRAID_HAVE_UCX, comm/CMakeLists.txt). Private to comm/.
+#pragma once
+
+#include <memory>
+
+#include "braid/comm/backend.h"
+#include "p2p_transport.h"
+
+namespace braid {
+
+// Connects this rank to every rank of the group (itself included): UCP context and workers,
+// worker addresses exchanged through ctx.store ("ucx/addr/<rank>", waiting up to ctx.timeout),
+// one endpoint per peer. Collective over the group: every rank must call it. Throws kTimeout
+// when a peer's address does not appear in time, kInternal when UCX fails to start.
+std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx);
+
+}  // namespace braid

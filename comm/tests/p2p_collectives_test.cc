@@ -1,0 +1,496 @@
+// The point-to-point collectives (comm/src/p2p_collectives.*, docs/p2p.md) over the thread
+// transport (p2p_test_transport.h): every algorithm family forced in turn against the
+// conformance suite's independent reference (rank-order fold written in the test sources),
+// bit for bit, at rank counts that are and are not powers of two; the errors (mismatch,
+// timeout, broken group, bad tags); user send / recv between collectives; and the whole
+// conformance suite with the backend registered as "p2p_threads".
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../src/p2p_collectives.h"
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+#include "conformance/reference.h"
+#include "conformance/registry.h"
+#include "p2p_test_transport.h"
+
+namespace braid::p2p {
+namespace {
+
+using conformance::detail::Bytes;
+using conformance::detail::first_difference;
+using conformance::detail::input_bytes;
+using conformance::detail::reduce_reference;
+using conformance::detail::Source;
+using std::chrono::milliseconds;
+using testing::Fabric;
+using testing::ThreadTransport;
+
+// Runs fn(rank, backend) on n threads over one fabric; returns each rank's exception.
+template <class Fn>
+std::vector<std::exception_ptr> on_ranks(int n, Options options, Fn fn,
+                                         milliseconds timeout = milliseconds(5000)) {
+  auto fabric = std::make_shared<Fabric>(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        BackendContext ctx;
+        ctx.rank = r;
+        ctx.size = n;
+        ctx.timeout = timeout;
+        auto b =
+            make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r), options);
+        fn(r, *b);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+void expect_ok(const std::vector<std::exception_ptr>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": " << e.what();
+    }
+  }
+}
+
+// Runs `d` and throws its error, if any.
+void run(Backend& b, const CollectiveDesc& d) {
+  auto w = b.run(d);
+  ASSERT_TRUE(w->test());
+  if (w->error()) std::rethrow_exception(w->error());
+}
+
+CollectiveDesc desc(CollectiveKind kind, DType dtype, int64_t count, uint64_t seq) {
+  CollectiveDesc d;
+  d.kind = kind;
+  d.dtype = dtype;
+  d.count = count;
+  d.seq = seq;
+  d.signature = seq * 131 + static_cast<uint64_t>(kind);
+  return d;
+}
+
+Options with(Algo algo) {
+  Options o;
+  o.algo = algo;
+  return o;
+}
+
+const Algo kAlgos[] = {Algo::kAuto, Algo::kRing, Algo::kRd};
+
+TEST(P2pCollectives, AllReduceSumIsBitIdenticalToTheReferenceForEveryAlgorithm) {
+  for (Algo algo : kAlgos) {
+    for (int n : {1, 2, 3, 4, 5, 8}) {
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        for (int64_t count : {0, 1, 7, 1000, 40003}) {  // 40003 f32: above auto's 64 KiB
+          const Source src{dtype, static_cast<uint64_t>(count * 7 + n), n};
+          const Bytes want = reduce_reference(src, ReduceOp::kSum, 0, count);
+          expect_ok(on_ranks(n, with(algo), [&](int r, Backend& b) {
+            Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0xee);
+            CollectiveDesc d = desc(CollectiveKind::kAllReduce, dtype, count, 1);
+            d.send = in.data();
+            d.recv = out.data();
+            run(b, d);
+            EXPECT_EQ(first_difference(dtype, out.data(), want.data(), count), "")
+                << "algo " << int(algo) << " ranks " << n << " " << dtype << " x " << count;
+            d.seq = 2;
+            d.recv = in.data();  // in place
+            run(b, d);
+            EXPECT_EQ(first_difference(dtype, in.data(), want.data(), count), "")
+                << "in place: algo " << int(algo) << " ranks " << n << " count " << count;
+          }));
+        }
+      }
+    }
+  }
+}
+
+// Ranks created with different algorithms run rank 0's (else they would wait for messages
+// of phases their peers never send).
+TEST(P2pCollectives, RankZerosAlgorithmDecidesForTheGroup) {
+  constexpr int n = 3;
+  constexpr int64_t count = 50000;
+  const Source src{DType::kF32, 5, n};
+  const Bytes want = reduce_reference(src, ReduceOp::kSum, 0, count);
+  auto fabric = std::make_shared<Fabric>(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      BackendContext ctx;
+      ctx.rank = r;
+      ctx.size = n;
+      ctx.timeout = milliseconds(5000);
+      auto b = make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r),
+                                with(r == 0 ? Algo::kRing : Algo::kRd));
+      Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0);
+      CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, count, 1);
+      d.send = in.data();
+      d.recv = out.data();
+      auto w = b->run(d);
+      EXPECT_FALSE(w->error());
+      EXPECT_EQ(first_difference(DType::kF32, out.data(), want.data(), count), "");
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Every other collective once per algorithm family, on 5 ranks (not a power of two).
+TEST(P2pCollectives, EveryCollectiveMatchesItsReference) {
+  constexpr int n = 5;
+  constexpr int64_t count = 9;
+  const DType dt = DType::kF32;
+  const size_t bytes = count * 4;
+  for (Algo algo : kAlgos) {
+    for (int64_t scale : {int64_t{1}, int64_t{5000}}) {  // 5000: auto picks the large paths
+      const int64_t c = count * scale;
+      const size_t cb = bytes * scale;
+      const Source s{dt, static_cast<uint64_t>(99 + scale), n};
+      expect_ok(on_ranks(n, with(algo), [&](int r, Backend& b) {
+        uint64_t seq = 0;
+        const Bytes mine = input_bytes(s, r, 0, c);
+        std::vector<Bytes> all;
+        for (int p = 0; p < n; ++p) all.push_back(input_bytes(s, p, 0, c));
+        {  // broadcast from 2
+          Bytes buf = r == 2 ? mine : Bytes(cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kBroadcast, dt, c, ++seq);
+          d.root = 2;
+          d.send = d.recv = buf.data();
+          run(b, d);
+          EXPECT_EQ(buf, all[2]) << "broadcast";
+        }
+        {  // reduce max to 1
+          Bytes out(cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kReduce, dt, c, ++seq);
+          d.op = ReduceOp::kMax;
+          d.root = 1;
+          d.send = mine.data();
+          d.recv = out.data();
+          run(b, d);
+          if (r == 1) {
+            const Bytes want = reduce_reference(s, ReduceOp::kMax, 0, c);
+            EXPECT_EQ(first_difference(dt, out.data(), want.data(), c), "") << "reduce";
+          }
+        }
+        {  // all_gather
+          Bytes out(n * cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kAllGather, dt, c, ++seq);
+          d.send = mine.data();
+          d.recv = out.data();
+          run(b, d);
+          for (int p = 0; p < n; ++p) {
+            EXPECT_EQ(0, std::memcmp(out.data() + p * cb, all[p].data(), cb)) << "all_gather " << p;
+          }
+        }
+        {  // reduce_scatter sum, premul_sum all_reduce
+          std::vector<Bytes> wide;
+          const Source ws{dt, static_cast<uint64_t>(7 + scale), n};
+          Bytes in = input_bytes(ws, r, 0, n * c), out(cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kReduceScatter, dt, c, ++seq);
+          d.send = in.data();
+          d.recv = out.data();
+          run(b, d);
+          const Bytes want = reduce_reference(ws, ReduceOp::kSum, r * c, c);
+          EXPECT_EQ(first_difference(dt, out.data(), want.data(), c), "") << "reduce_scatter";
+          d = desc(CollectiveKind::kAllReduce, dt, c, ++seq);
+          d.op = ReduceOp::kPremulSum;
+          d.premul_factor = conformance::detail::premul_factor(r);
+          Bytes pin = mine, pout(cb, 0);
+          d.send = pin.data();
+          d.recv = pout.data();
+          run(b, d);
+          const Bytes pwant = reduce_reference(s, ReduceOp::kPremulSum, 0, c);
+          EXPECT_EQ(first_difference(dt, pout.data(), pwant.data(), c), "") << "premul_sum";
+        }
+        {  // all_to_all: block p of rank r's send goes to rank p's block r
+          Bytes in = input_bytes(s, r, 0, n * c), out(n * cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kAllToAll, dt, c, ++seq);
+          d.send = in.data();
+          d.recv = out.data();
+          run(b, d);
+          for (int p = 0; p < n; ++p) {
+            const Bytes theirs = input_bytes(s, p, r * c, c);
+            EXPECT_EQ(0, std::memcmp(out.data() + p * cb, theirs.data(), cb)) << "all_to_all";
+          }
+        }
+        {  // all_to_all_v: rank r sends p + r + 1 elements to rank p
+          std::vector<int64_t> sc(n), so(n), rc(n), ro(n);
+          int64_t st = 0, rt = 0;
+          for (int p = 0; p < n; ++p) {
+            sc[p] = p + r + 1, so[p] = st, st += sc[p];
+            rc[p] = r + p + 1, ro[p] = rt, rt += rc[p];
+          }
+          Bytes in = input_bytes(s, r, 0, st), out(rt * 4, 0);
+          CollectiveDesc d = desc(CollectiveKind::kAllToAllV, dt, 0, ++seq);
+          d.send_counts = sc, d.send_offsets = so, d.recv_counts = rc, d.recv_offsets = ro;
+          d.send = in.data();
+          d.recv = out.data();
+          run(b, d);
+          for (int p = 0; p < n; ++p) {
+            int64_t off = 0;  // rank p's offset of its block for r
+            for (int q = 0; q < r; ++q) off += q + p + 1;
+            const Bytes theirs = input_bytes(s, p, off, rc[p]);
+            EXPECT_EQ(0, std::memcmp(out.data() + ro[p] * 4, theirs.data(), rc[p] * 4))
+                << "all_to_all_v from " << p;
+          }
+        }
+        {  // gather to 3, scatter from 4
+          Bytes out(n * cb, 0);
+          CollectiveDesc d = desc(CollectiveKind::kGather, dt, c, ++seq);
+          d.root = 3;
+          d.send = mine.data();
+          d.recv = r == 3 ? out.data() : nullptr;
+          run(b, d);
+          if (r == 3) {
+            for (int p = 0; p < n; ++p) {
+              EXPECT_EQ(0, std::memcmp(out.data() + p * cb, all[p].data(), cb)) << "gather";
+            }
+          }
+          Bytes whole = input_bytes(s, 4, 0, n * c), got(cb, 0);
+          d = desc(CollectiveKind::kScatter, dt, c, ++seq);
+          d.root = 4;
+          d.send = r == 4 ? whole.data() : nullptr;
+          d.recv = got.data();
+          run(b, d);
+          EXPECT_EQ(0, std::memcmp(got.data(), whole.data() + r * cb, cb)) << "scatter";
+        }
+        run(b, desc(CollectiveKind::kBarrier, dt, 0, ++seq));
+      }));
+    }
+  }
+}
+
+std::string message(const std::exception_ptr& e, ErrorKind* kind) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    *kind = err.kind();
+    return err.what();
+  }
+}
+
+TEST(P2pCollectives, MismatchFailsOnEveryRankNamingBothCallsAndBreaksTheGroup) {
+  std::vector<std::string> first(4), second(4);
+  auto errors = on_ranks(4, {}, [&](int r, Backend& b) {
+    float x[4] = {1, 2, 3, 4}, y[4];
+    CollectiveDesc d =
+        desc(r == 1 ? CollectiveKind::kBroadcast : CollectiveKind::kAllReduce, DType::kF32, 4, 1);
+    d.send = x;
+    d.recv = r == 1 ? x : y;
+    auto w = b.run(d);
+    ASSERT_TRUE(w->error());
+    ErrorKind k{};
+    first[r] = message(w->error(), &k);
+    EXPECT_EQ(k, ErrorKind::kInvalidArgument);
+    d = desc(CollectiveKind::kBarrier, DType::kF32, 0, 2);
+    auto w2 = b.run(d);  // broken: the same error at once
+    ASSERT_TRUE(w2->error());
+    second[r] = message(w2->error(), &k);
+  });
+  expect_ok(errors);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(first[r].find("collective mismatch at group call #1"), std::string::npos) << first[r];
+    EXPECT_NE(first[r].find("broadcast f32 x 4 root 0"), std::string::npos) << first[r];
+    EXPECT_NE(first[r].find("all_reduce f32 x 4 sum"), std::string::npos) << first[r];
+    EXPECT_NE(first[r].find(r == 1 ? "group rank 0" : "group rank 1"), std::string::npos)
+        << first[r];
+    EXPECT_EQ(first[r], second[r]);
+  }
+}
+
+TEST(P2pCollectives, APeerThatSkipsACallTimesOutNamingTheOpSeqAndPeer) {
+  std::vector<std::string> msgs(3);
+  std::vector<ErrorKind> kinds(3);
+  auto errors = on_ranks(
+      3, {},
+      [&](int r, Backend& b) {
+        if (r == 2) return;  // never enters
+        float x[2] = {1, 2};
+        CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, 2, 17);
+        d.send = d.recv = x;
+        auto w = b.run(d);
+        ASSERT_TRUE(w->error());
+        msgs[r] = message(w->error(), &kinds[r]);
+        auto again = b.run(desc(CollectiveKind::kBarrier, DType::kF32, 0, 18));
+        ErrorKind k{};
+        EXPECT_EQ(message(again->error(), &k), msgs[r]);
+      },
+      milliseconds(200));
+  expect_ok(errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(kinds[r], ErrorKind::kTimeout);
+    EXPECT_NE(msgs[r].find("all_reduce #17"), std::string::npos) << msgs[r];
+    EXPECT_NE(msgs[r].find("[2]"), std::string::npos) << msgs[r];
+  }
+}
+
+TEST(P2pCollectives, UserSendRecvInterleaveWithCollectives) {
+  expect_ok(on_ranks(3, {}, [&](int r, Backend& b) {
+    int32_t msg[3] = {r * 10, r * 10 + 1, r * 10 + 2}, got[3] = {};
+    int32_t sum[3] = {r, r, r};
+    const int peer = (r + 1) % 3, from = (r + 2) % 3;
+    CollectiveDesc s = desc(CollectiveKind::kSend, DType::kI32, 3, 0);
+    s.peer = peer;
+    s.tag = 0;  // the same low bits as a collective's first step
+    s.send = msg;
+    run(b, s);
+    CollectiveDesc a = desc(CollectiveKind::kAllReduce, DType::kI32, 3, 1);
+    a.send = a.recv = sum;
+    run(b, a);  // user message pending from `from` while the collective runs
+    CollectiveDesc v = desc(CollectiveKind::kRecv, DType::kI32, 3, 0);
+    v.peer = from;
+    v.tag = 0;
+    v.recv = got;
+    run(b, v);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(got[i], from * 10 + i);
+      EXPECT_EQ(sum[i], 3);
+    }
+  }));
+}
+
+TEST(P2pCollectives, BadInputIsRejectedWithoutBreakingTheGroup) {
+  expect_ok(on_ranks(2, {}, [&](int r, Backend& b) {
+    int32_t x[2] = {1, 2};
+    ErrorKind k{};
+    for (int64_t tag : {int64_t{-1}, kMaxUserTag + 1}) {
+      CollectiveDesc s = desc(CollectiveKind::kSend, DType::kI32, 2, 0);
+      s.peer = 1 - r;
+      s.tag = tag;
+      s.send = x;
+      auto w = b.run(s);
+      ASSERT_TRUE(w->error());
+      EXPECT_NE(message(w->error(), &k).find("tag " + std::to_string(tag)), std::string::npos);
+      EXPECT_EQ(k, ErrorKind::kInvalidArgument);
+    }
+    CollectiveDesc p = desc(CollectiveKind::kAllReduce, DType::kI32, 2, 1);
+    p.op = ReduceOp::kPremulSum;
+    p.send = p.recv = x;
+    auto w = b.run(p);
+    ASSERT_TRUE(w->error());
+    message(w->error(), &k);
+    EXPECT_EQ(k, ErrorKind::kNotSupported);
+    run(b, desc(CollectiveKind::kBarrier, DType::kI32, 0, 2));  // still usable
+  }));
+  EXPECT_EQ(parse_algo("ring"), Algo::kRing);
+  EXPECT_EQ(parse_algo(""), Algo::kAuto);
+  try {
+    parse_algo("tree2");
+    ADD_FAILURE() << "no error for an unknown algorithm";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_P2P_ALGO is 'tree2'"), std::string::npos);
+  }
+}
+
+TEST(P2pCollectives, ARecvOfTheWrongSizeFailsNamingThePeer) {
+  auto errors = on_ranks(2, {}, [&](int r, Backend& b) {
+    int32_t x[4] = {1, 2, 3, 4};
+    CollectiveDesc d = desc(r == 0 ? CollectiveKind::kSend : CollectiveKind::kRecv, DType::kI32,
+                            r == 0 ? 2 : 4, 0);
+    d.peer = 1 - r;
+    d.tag = 3;
+    d.send = d.recv = x;
+    run(b, d);
+  });
+  EXPECT_FALSE(errors[0]);
+  ASSERT_TRUE(errors[1]);
+  ErrorKind k{};
+  const std::string m = message(errors[1], &k);
+  EXPECT_EQ(k, ErrorKind::kInvalidArgument);
+  EXPECT_NE(m.find("group rank 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("has 8 bytes; expected 16"), std::string::npos) << m;
+}
+
+TEST(P2pCollectives, ARecvSmallerThanTheMessageFails) {
+  auto errors = on_ranks(2, {}, [&](int r, Backend& b) {
+    int32_t x[4] = {1, 2, 3, 4};
+    CollectiveDesc d = desc(r == 0 ? CollectiveKind::kSend : CollectiveKind::kRecv, DType::kI32,
+                            r == 0 ? 4 : 2, 0);
+    d.peer = 1 - r;
+    d.tag = 9;
+    d.send = d.recv = x;
+    run(b, d);
+  });
+  EXPECT_FALSE(errors[0]);
+  ASSERT_TRUE(errors[1]);
+  ErrorKind k{};
+  const std::string m = message(errors[1], &k);
+  EXPECT_EQ(k, ErrorKind::kInvalidArgument);
+  EXPECT_NE(m.find("larger than the 8 bytes"), std::string::npos) << m;
+}
+
+TEST(P2pCollectives, AnUnknownBraidP2pAlgoFailsAtCreation) {
+  ::setenv("BRAID_P2P_ALGO", "fastest", 1);
+  auto fabric = std::make_shared<Fabric>(1);
+  BackendContext ctx;
+  try {
+    make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, 0));
+    ADD_FAILURE() << "created with BRAID_P2P_ALGO=fastest";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'fastest'"), std::string::npos) << e.what();
+  }
+  ::unsetenv("BRAID_P2P_ALGO");
+}
+
+// ---- the conformance suite over the thread transport -------------------------------------
+
+// The ranks of one group find their fabric through the group's store: rank 0 creates it and
+// publishes its number.
+std::shared_ptr<Fabric> fabric_for(const BackendContext& ctx) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<Fabric>> fabrics;  // kept for the process
+  static int next = 0;
+  std::string id;
+  if (ctx.rank == 0) {
+    std::lock_guard<std::mutex> lock(mu);
+    id = std::to_string(next++);
+    fabrics[id] = std::make_shared<Fabric>(ctx.size);
+    ctx.store->set("p2p_fabric", id);
+  } else {
+    id = ctx.store->get_string("p2p_fabric");
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  return fabrics.at(id);
+}
+
+const bool kP2pConformance = [] {
+  register_backend("p2p_threads", [](const BackendContext& ctx) {
+    return make_p2p_backend("p2p_threads", ctx,
+                            std::make_unique<ThreadTransport>(fabric_for(ctx), ctx.rank));
+  });
+  // auto, then each family forced through BRAID_P2P_ALGO (read at backend creation).
+  for (const char* algo : {"auto", "ring", "rd"}) {
+    conformance::ConformanceBackend b;
+    b.name = std::string("p2p_threads_") + algo;
+    b.backend = "p2p_threads";
+    b.ranks = conformance::ConformanceBackend::Ranks::kThreads;
+    b.env = {{"BRAID_P2P_ALGO", algo}};
+    b.sizes =
+        std::string(algo) == "auto" ? std::vector<int>{1, 2, 3, 5, 8} : std::vector<int>{3, 4};
+    conformance::register_backend_for_conformance(b);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace braid::p2p

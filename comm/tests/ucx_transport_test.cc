@@ -1,0 +1,270 @@
+// Tests of the UCX transport (comm/src/ucx_transport.*, docs/ucx.md) with ranks as forked
+// processes on UCX's default transports (shared memory and tcp here): matching by (peer, tag),
+// order within one (peer, tag), sizes from 0 to past the rendezvous threshold, a timeout, a
+// peer that dies, and bad input. Also registers the "ucx" backend with the conformance suite.
+// Compiles to nothing without UCX.
+#include "braid/core/config.h"
+
+#if BRAID_HAVE_UCX
+
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../src/ucx_transport.h"
+#include "comm_test_util.h"
+
+#include "conformance/registry.h"
+
+namespace {
+const bool kUcxConformance = [] {
+  braid::conformance::ConformanceBackend b;
+  b.name = "ucx_processes";
+  b.backend = "ucx";
+  b.sizes = {1, 2, 3, 4};
+  return braid::conformance::register_backend_for_conformance(b);
+}();
+}  // namespace
+
+namespace braid {
+namespace {
+
+using p2p::Clock;
+using testing::run_processes;
+using Requests = std::vector<std::unique_ptr<p2p::Request>>;
+
+constexpr auto kWait = std::chrono::seconds(10);
+
+std::unique_ptr<p2p::Transport> connect(int rank, int size, std::shared_ptr<Store> store) {
+  BackendContext ctx;
+  ctx.store = std::move(store);
+  ctx.rank = rank;
+  ctx.size = size;
+  for (int r = 0; r < size; ++r) ctx.global_ranks.push_back(r);
+  ctx.job_id = "local";
+  ctx.timeout = std::chrono::milliseconds(30000);
+  return make_ucx_transport(ctx);
+}
+
+// Distinct bytes per (message, sender, position), so a message delivered to the wrong receive
+// shows up as wrong content.
+std::vector<uint8_t> pattern(size_t bytes, int message, int sender) {
+  std::vector<uint8_t> v(bytes);
+  for (size_t k = 0; k < bytes; ++k)
+    v[k] = static_cast<uint8_t>(k * 7 + message * 31 + sender * 101);
+  return v;
+}
+
+void wait(p2p::Transport& t, Requests& reqs, const std::vector<int>& peers, const char* what) {
+  t.wait_all(reqs, peers, Clock::now() + kWait, what);
+}
+
+const std::vector<size_t> kSizes = {
+    0, 1, 4099, (size_t{1} << 20) + 3, (size_t{2} << 20) + 6, (size_t{8} << 20) + 5};
+
+TEST(UcxTransport, PingPongSizesWithTagsMatchedOutOfOrder) {
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    const int other = 1 - rank;
+    const int n = static_cast<int>(kSizes.size());
+    std::vector<std::vector<uint8_t>> in(n), out(n);
+    for (int i = 0; i < n; ++i) in[i].assign(kSizes[i] + 16, 0xEE);  // room to spare
+    // Rank 0 pings first, rank 1 pongs back what it got under other tags.
+    for (int round = 0; round < 2; ++round) {
+      const bool sender = (round == 0) == (rank == 0);
+      Requests reqs;
+      std::vector<int> peers;
+      if (sender) {
+        for (int i = 0; i < n; ++i) {
+          out[i] = round == 0 ? pattern(kSizes[i], i, rank) : in[i];
+          out[i].resize(kSizes[i]);
+          reqs.push_back(t->isend(other, 100 * (round + 1) + i, out[i].data(), out[i].size()));
+          peers.push_back(other);
+        }
+      } else {
+        for (int i = n - 1; i >= 0; --i) {  // reversed: matching must go by tag
+          reqs.push_back(t->irecv(other, 100 * (round + 1) + i, in[i].data(), in[i].size()));
+          peers.push_back(other);
+        }
+      }
+      wait(*t, reqs, peers, "ping-pong");
+      if (!sender) {
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(reqs[n - 1 - i]->received(), kSizes[i]) << "message " << i;
+          const auto want = pattern(kSizes[i], i, 0);
+          EXPECT_TRUE(std::equal(want.begin(), want.end(), in[i].begin()))
+              << "round " << round << " message " << i << " of " << kSizes[i] << " bytes";
+          EXPECT_EQ(in[i][kSizes[i]], 0xEE) << "bytes written past the message " << i;
+        }
+      }
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(UcxTransport, SameTagFromTwoPeersMatchesTheNamedPeer) {
+  auto result = run_processes(3, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    const size_t bytes = 5000;
+    if (rank != 0) {
+      auto msg = pattern(bytes, 9, rank);
+      Requests reqs;
+      reqs.push_back(t->isend(0, 42, msg.data(), msg.size()));
+      wait(*t, reqs, {0}, "send to 0");
+      return;
+    }
+    std::vector<uint8_t> from2(bytes), from1(bytes), self(8);
+    uint64_t mine = 0x1122334455667788ull;
+    Requests reqs;
+    reqs.push_back(t->irecv(2, 42, from2.data(), bytes));
+    reqs.push_back(t->irecv(1, 42, from1.data(), bytes));
+    reqs.push_back(t->irecv(0, 42, self.data(), self.size()));
+    reqs.push_back(t->isend(0, 42, &mine, sizeof(mine)));
+    wait(*t, reqs, {2, 1, 0, 0}, "receive from 1, 2 and self");
+    EXPECT_EQ(from1, pattern(bytes, 9, 1));
+    EXPECT_EQ(from2, pattern(bytes, 9, 2));
+    uint64_t got = 0;
+    std::memcpy(&got, self.data(), sizeof(got));
+    EXPECT_EQ(got, mine);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(UcxTransport, ManyMessagesOfOnePeerAndTagArriveInOrder) {
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    constexpr int kCount = 300;
+    std::vector<uint32_t> values(kCount);
+    Requests reqs;
+    std::vector<int> peers(kCount, 1 - rank);
+    for (int i = 0; i < kCount; ++i) {
+      if (rank == 0) {
+        values[i] = static_cast<uint32_t>(i * 2654435761u);
+        reqs.push_back(t->isend(1, 7, &values[i], sizeof(uint32_t)));
+      } else {
+        reqs.push_back(t->irecv(0, 7, &values[i], sizeof(uint32_t)));
+      }
+    }
+    wait(*t, reqs, peers, "stream");
+    if (rank == 1) {
+      for (int i = 0; i < kCount; ++i) {
+        ASSERT_EQ(values[i], static_cast<uint32_t>(i * 2654435761u)) << "message " << i;
+      }
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(UcxTransport, SilentPeerTimesOutNamingItThenLaterMessageStillMatches) {
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    int value = 0;
+    if (rank == 1) {
+      {
+        Requests reqs;
+        reqs.push_back(t->irecv(0, 5, &value, sizeof(value)));
+        try {
+          t->wait_all(reqs, {0}, Clock::now() + std::chrono::milliseconds(200), "the silent recv");
+          ADD_FAILURE() << "wait_all returned although peer 0 never sent";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.kind(), ErrorKind::kTimeout) << e.what();
+          EXPECT_NE(e.message().find("the silent recv"), std::string::npos) << e.message();
+          EXPECT_NE(e.message().find("peers 0"), std::string::npos) << e.message();
+        }
+      }  // the timed-out receive is cancelled here: it must not take the next message
+      store->set("timed_out", "1");
+      Requests reqs;
+      reqs.push_back(t->irecv(0, 5, &value, sizeof(value)));
+      wait(*t, reqs, {0}, "the later recv");
+      EXPECT_EQ(value, 1234);
+    } else {
+      store->get("timed_out");
+      value = 1234;
+      Requests reqs;
+      reqs.push_back(t->isend(1, 5, &value, sizeof(value)));
+      wait(*t, reqs, {1}, "the late send");
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(UcxTransport, PeerThatExitsIsReportedNotWaitedOn) {
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    if (rank == 0) {
+      // Make sure the connection exists, then die without closing anything.
+      int v = 1;
+      Requests reqs;
+      reqs.push_back(t->isend(1, 1, &v, sizeof(v)));
+      wait(*t, reqs, {1}, "hello");
+      store->set("dying", "1");
+      ::_exit(0);
+    }
+    int v = 0;
+    Requests reqs;
+    reqs.push_back(t->irecv(0, 1, &v, sizeof(v)));
+    wait(*t, reqs, {0}, "hello");
+    store->get("dying");
+    reqs.clear();
+    reqs.push_back(t->irecv(0, 2, &v, sizeof(v)));
+    try {
+      t->wait_all(reqs, {0}, Clock::now() + std::chrono::seconds(5), "after the exit");
+      ADD_FAILURE() << "wait_all returned although peer 0 exited";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.kind() == ErrorKind::kPeerLost || e.kind() == ErrorKind::kTimeout) << e.what();
+      EXPECT_NE(e.message().find("after the exit"), std::string::npos) << e.message();
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+TEST(UcxTransport, BadInputIsRejected) {
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    EXPECT_EQ(t->rank(), rank);
+    EXPECT_EQ(t->size(), 2);
+    int v = 0;
+    try {
+      t->isend(2, 1, &v, sizeof(v));
+      ADD_FAILURE() << "isend to peer 2 of 2 ranks was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(e.message().find("peer 2"), std::string::npos) << e.message();
+    }
+    // A message longer than the receive buffer.
+    std::vector<uint8_t> big(100, 3), small(10);
+    Requests reqs;
+    if (rank == 0) {
+      reqs.push_back(t->isend(1, 9, big.data(), big.size()));
+      wait(*t, reqs, {1}, "long send");
+      return;
+    }
+    reqs.push_back(t->irecv(0, 9, small.data(), small.size()));
+    try {
+      wait(*t, reqs, {0}, "short recv");
+      ADD_FAILURE() << "a 100-byte message into a 10-byte buffer was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+      EXPECT_NE(e.message().find("longer than the receive buffer"), std::string::npos)
+          << e.message();
+    }
+    Requests none;
+    none.push_back(t->irecv(0, 10, small.data(), small.size()));
+    try {
+      t->wait_all(none, {}, Clock::now() + kWait, "mismatched");
+      ADD_FAILURE() << "wait_all accepted 0 peers for 1 request";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(e.message().find("0 peers for 1 requests"), std::string::npos) << e.message();
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+}  // namespace
+}  // namespace braid
+
+#endif  // BRAID_HAVE_UCX
