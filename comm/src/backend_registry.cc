@@ -14,6 +14,7 @@
 #include "mpi_backend.h"
 #endif
 #if BRAID_HAVE_UCX
+#include "hier_backend.h"
 #include "p2p_collectives.h"
 #include "ucx_transport.h"
 #endif
@@ -43,6 +44,9 @@ void register_builtin_backends() {
 #if BRAID_HAVE_UCX
   register_backend("ucx", [](const BackendContext& ctx) {
     return p2p::make_p2p_backend("ucx", ctx, make_ucx_transport(ctx));
+  });
+  register_backend("hier", [](const BackendContext& ctx) {
+    return make_hier_backend(ctx, [](const BackendContext& c) { return make_ucx_transport(c); });
   });
 #endif
 }

@@ -80,8 +80,7 @@ Folder::Folder(DType dtype, ReduceOp op, std::vector<double> factors, int nranks
   if (op == ReduceOp::kPremulSum) factors_.resize(nranks, 1.0);
 }
 
-void Folder::fold(const void* const* inputs, int n, int64_t count, void* out) {
-  if (count <= 0) return;
+void Folder::reserve(int64_t count) {
   if (std::min(kBlock, count) > block_elems_) {
     // + room for the broadcast scalar after the accumulator block
     block_elems_ = std::min(kBlock, count);
@@ -90,6 +89,11 @@ void Folder::fold(const void* const* inputs, int n, int64_t count, void* out) {
     acc_buf_ = scratch_->data();
     tmp_buf_ = scratch_->data() + bytes + 16;
   }
+}
+
+void Folder::fold(const void* const* inputs, int n, int64_t count, void* out) {
+  if (count <= 0) return;
+  reserve(count);
   for (int64_t offset = 0; offset < count; offset += kBlock) {
     const int64_t m = std::min(kBlock, count - offset);
     if (direct_) {
@@ -156,6 +160,38 @@ void Folder::fold_block(const void* const* inputs, int n, int64_t offset, int64_
     apply(op, acc_, m, acc_buf_, x, false, acc_buf_);
   }
   finalize(m, static_cast<uint8_t*>(out) + offset * dtype_size(dtype_));
+}
+
+void Folder::fold_stage(const void* const* inputs, int first, int n, const void* carry_in,
+                        int64_t count, void* out) {
+  BRAID_ASSERT(first >= 0 && n >= 0 && first + n <= nranks_ && (first == 0) == !carry_in &&
+                   (carry_in || n > 0),
+               "fold_stage: ranks [", first, ", ", first + n, ") of ", nranks_, " with",
+               carry_in ? "" : "out", " a carry");
+  if (count <= 0) return;
+  reserve(count);
+  const size_t aes = dtype_size(acc_);
+  const bool last = first + n == nranks_;
+  const cpu::BinaryOp op = combine_op(op_);
+  for (int64_t offset = 0; offset < count; offset += kBlock) {
+    const int64_t m = std::min(kBlock, count - offset);
+    int r = 0;
+    if (carry_in) {
+      std::memcpy(acc_buf_, static_cast<const uint8_t*>(carry_in) + offset * aes, m * aes);
+    } else {
+      widen(inputs[0], first, offset, m, /*into_acc=*/true);
+      r = 1;
+    }
+    for (; r < n; ++r) {
+      const void* x = widen(inputs[r], first + r, offset, m, /*into_acc=*/false);
+      apply(op, acc_, m, acc_buf_, x, false, acc_buf_);
+    }
+    if (last) {
+      finalize(m, static_cast<uint8_t*>(out) + offset * dtype_size(dtype_));
+    } else {
+      std::memcpy(static_cast<uint8_t*>(out) + offset * aes, acc_buf_, m * aes);
+    }
+  }
 }
 
 void Folder::finalize(int64_t m, void* out) {

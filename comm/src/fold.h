@@ -64,8 +64,18 @@ class Folder {
   // input (each block is read before it is written).
   void fold(const void* const* inputs, int n, int64_t count, void* out);
 
+  // One stage of a fold split across parties that each hold some ranks' contributions
+  // (hierarchical collectives, docs/hier.md): `inputs` are ranks [first, first + n) of the
+  // Folder's nranks. `carry_in` is the accumulator of ranks [0, first) in the accumulation
+  // dtype (null when first == 0). When first + n < nranks, the new accumulator goes to `out`
+  // in the accumulation dtype; otherwise the result, rounded once, in the dtype. The stages of
+  // one fold give the bits of fold() over all ranks.
+  void fold_stage(const void* const* inputs, int first, int n, const void* carry_in, int64_t count,
+                  void* out);
+
  private:
   void fold_block(const void* const* inputs, int n, int64_t offset, int64_t m, void* out);
+  void reserve(int64_t count);
   // inputs combined straight into `out`: the dtype accumulates in itself and the op needs no
   // widening, premultiplying or final division.
   void fold_direct(const void* const* inputs, int n, int64_t offset, int64_t m, void* out);

@@ -25,8 +25,23 @@ bool is_rooted(CollectiveKind k) {
          k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
 }
 
+BackendCapabilities make_capabilities() {
+  BackendCapabilities c;
+  c.devices = {DeviceType::kCPU};
+#define BRAID_P2P_DTYPE(e, n, st, T, sz, fl) c.dtypes.push_back(DType::e);
+  BRAID_FOR_EACH_DTYPE(BRAID_P2P_DTYPE)
+#undef BRAID_P2P_DTYPE
+  for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
+    c.collectives.push_back(static_cast<CollectiveKind>(k));
+  }
+  c.point_to_point = true;
+  return c;
+}
+
+}  // namespace
+
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
-std::string describe(const CallHeader& h) {
+std::string describe_header(const CallHeader& h) {
   const auto kind = static_cast<CollectiveKind>(h.kind);
   std::ostringstream out;
   out << collective_name(kind);
@@ -48,21 +63,6 @@ bool same_call(const CallHeader& a, const CallHeader& b) {
   if (is_rooted(kind) && a.root != b.root) return false;
   return true;
 }
-
-BackendCapabilities make_capabilities() {
-  BackendCapabilities c;
-  c.devices = {DeviceType::kCPU};
-#define BRAID_P2P_DTYPE(e, n, st, T, sz, fl) c.dtypes.push_back(DType::e);
-  BRAID_FOR_EACH_DTYPE(BRAID_P2P_DTYPE)
-#undef BRAID_P2P_DTYPE
-  for (int k = 0; k <= static_cast<int>(CollectiveKind::kRecv); ++k) {
-    c.collectives.push_back(static_cast<CollectiveKind>(k));
-  }
-  c.point_to_point = true;
-  return c;
-}
-
-}  // namespace
 
 Algo parse_algo(std::string_view text) {
   if (text.empty() || text == "auto") return Algo::kAuto;
@@ -233,9 +233,9 @@ void P2pGroup::check_across_ranks(Call& c) {
     if (same_call(mine, theirs)) continue;
     BRAID_FAIL(kInvalidArgument, name_, ": collective mismatch at group call #", mine.index,
                ": group rank ", me_, " (world rank ", ctx_.global_ranks[me_], ") called ",
-               describe(mine), " (seq ", mine.seq, ", call #", mine.index, ") but group rank ", p,
-               " (world rank ", ctx_.global_ranks[p], ") called ", describe(theirs), " (seq ",
-               theirs.seq, ", call #", theirs.index,
+               describe_header(mine), " (seq ", mine.seq, ", call #", mine.index,
+               ") but group rank ", p, " (world rank ", ctx_.global_ranks[p], ") called ",
+               describe_header(theirs), " (seq ", theirs.seq, ", call #", theirs.index,
                "); expected every rank of the group to make the same collective calls in the "
                "same order");
   }

@@ -27,6 +27,12 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) == 48);
 
+// "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
+std::string describe_header(const CallHeader& h);
+// Whether two ranks' headers are the same call: kind and call index always; dtype, count
+// (except all_to_all_v), op of reductions, root of rooted kinds.
+bool same_call(const CallHeader& a, const CallHeader& b);
+
 // One piece of a round: send `bytes` at `data` to `peer`, or receive them from it.
 struct Piece {
   int peer;

@@ -169,6 +169,27 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
 
 // ---------------------------------------------------------------- creation
 
+std::string choose_backend(const std::string& requested, const RankInfo& info) {
+  if (requested != "auto") return requested;
+  if (const char* env = std::getenv("BRAID_BACKEND"); env && *env && std::string(env) != "auto") {
+    return env;
+  }
+  if (info.world_size <= info.local_world_size) return "shm";
+  const std::vector<std::string> names = backend_names();
+  auto built = [&](const char* n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  const bool mpi_launcher = info.source == "openmpi" || info.source == "pmi";
+  if (mpi_launcher && built("mpi")) return "mpi";
+  if (built("hier")) return "hier";
+  if (built("mpi")) return "mpi";
+  BRAID_FAIL(kNotSupported, "ProcessGroup: the job spans several nodes (world size ",
+             info.world_size, ", ", info.local_world_size, " ranks on this node, from ",
+             info.source,
+             ") but this build has no backend between nodes (expected UCX for "
+             "'hier' or MPI for 'mpi'; set BRAID_BACKEND to choose one)");
+}
+
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ProcessGroup::~ProcessGroup() = default;
 
@@ -187,8 +208,10 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   BRAID_CHECK(rank >= 0 && rank < size, kInvalidArgument, "ProcessGroupOptions.rank ", rank,
               " is outside [0, ", size, ")");
   BRAID_CHECK(!options.backend.empty(), kInvalidArgument,
-              "ProcessGroupOptions.backend is empty; name one of backend_names()");
-  g->id = "0";
+              "ProcessGroupOptions.backend is empty; name one of backend_names() or 'auto'");
+  const std::string backend_name =
+      options.backend == "auto" ? choose_backend("auto", detect_rank_info()) : options.backend;
+  g->id.assign(1, '0');  // not = "0": g++ 12 warns falsely (-Wrestrict) there
   g->id_hash = fnv1a(kFnvOffset, g->id.data(), g->id.size());
   g->rank = rank;
   g->size = size;
@@ -196,13 +219,13 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   for (int r = 0; r < size; ++r) g->global_ranks.push_back(r);
   g->timeout = resolve_group_timeout(options.timeout);
   g->debug_mode = get_env_bool("BRAID_DEBUG_MODE", false);
-  g->backend_name = options.backend;
+  g->backend_name = backend_name;
   g->root_store = options.store ? options.store : store_from_env(g->timeout);
   g->store = group_store(g->root_store, g->id);
 
   // Every rank must agree on the world before any backend rendezvous starts.
   const std::string what = "ProcessGroup::create on group 0";
-  std::string hello = "size=" + std::to_string(size) + " backend=" + options.backend;
+  std::string hello = "size=" + std::to_string(size) + " backend=" + backend_name;
   auto values =
       exchange_values(*g->store, "create", hello, rank, g->global_ranks, g->timeout, what);
   require_same(values, g->global_ranks, what, "the group");

@@ -131,6 +131,7 @@ int run() {
   // Ranks from OMPI_COMM_WORLD_* (detect_rank_info); the store from MASTER_ADDR / MASTER_PORT /
   // BRAID_STORE_TOKEN, served by rank 0 (store_from_env takes the rank from detect_rank_info).
   ProcessGroupOptions options;
+  options.backend = "shm";  // braid's own collectives against MPI's (auto would pick mpi)
   auto pg = ProcessGroup::create(options);
   if (pg->rank() != g_rank || pg->size() != g_size) {
     std::fprintf(stderr, "rank %d: braid says rank %d of %d, MPI says %d of %d\n", g_rank,

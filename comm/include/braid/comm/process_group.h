@@ -32,12 +32,23 @@ struct CallOptions {
 };
 
 struct ProcessGroupOptions {
-  std::string backend = "shm";
+  // A backend of backend_names(), or "auto": choose_backend() (BRAID_BACKEND, else by layout).
+  std::string backend = "auto";
   std::shared_ptr<Store> store;  // null: store_from_env()
   int rank = -1;                 // -1: from the environment (detect_rank_info)
   int size = -1;
   std::optional<std::chrono::milliseconds> timeout;  // null: BRAID_TIMEOUT or 300 s
 };
+
+struct RankInfo;
+
+// The backend a group named `requested` runs on (docs/comm.md, "Choosing the backend"): any
+// name but "auto" as given; for "auto" BRAID_BACKEND when set (and not "auto"), else "shm"
+// when every rank is on one node (world size == local world size), else for several nodes:
+// "mpi" when an MPI launcher started the job (info.source openmpi or pmi) and MPI is built,
+// then "hier" when UCX is built, then "mpi". Throws kNotSupported when several nodes have no
+// backend in this build.
+std::string choose_backend(const std::string& requested, const RankInfo& info);
 
 class ProcessGroup {
  public:
