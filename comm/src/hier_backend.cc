@@ -163,9 +163,9 @@ class HierGroup final : public Backend {
   BackendContext ctx_;
   int me_ = 0, n_ = 1;
   Layout lay_;
-  std::unique_ptr<Backend> intra_;  // shm over this node's ranks
-  std::shared_ptr<Transport> net_;  // over the group (several nodes only)
-  std::unique_ptr<Backend> flat_;   // the point-to-point algorithms over net_
+  std::unique_ptr<Backend> intra_;       // shm over this node's ranks
+  std::shared_ptr<Transport> net_;       // over the group (several nodes only)
+  std::unique_ptr<p2p::P2pGroup> flat_;  // the point-to-point algorithms over net_
   BackendCapabilities caps_;
   std::mutex mu_;  // one call at a time
   std::exception_ptr broken_;
@@ -212,7 +212,8 @@ HierGroup::HierGroup(const BackendContext& ctx, const HierTransportFactory& fact
   net_ = factory(tc);
   BRAID_CHECK(net_ && net_->rank() == me_ && net_->size() == n_, kInternal,
               "hier: the transport is not rank ", me_, " of ", n_);
-  flat_ = p2p::make_p2p_backend("hier", tc, std::make_unique<SharedTransport>(net_));
+  flat_ = std::make_unique<p2p::P2pGroup>("hier", tc, std::make_unique<SharedTransport>(net_),
+                                          p2p::options_from_env());
   caps_ = flat_->capabilities();
   caps_.can_allocate_shared = intra_ && intra_->capabilities().can_allocate_shared;
 }
@@ -233,9 +234,15 @@ bool HierGroup::hierarchical(const CollectiveDesc& d) const {
 std::shared_ptr<Work> HierGroup::run(const CollectiveDesc& desc) {
   if (lay_.nodes == 1) return intra_->run(desc);
   std::lock_guard<std::mutex> lock(mu_);
-  if (!hierarchical(desc)) return flat_->run(desc);
+  if (broken_) return completed_work(broken_);
+  if (!hierarchical(desc)) {
+    // One group: once the point-to-point part broke (a timeout, a lost peer, a mismatch), the
+    // hierarchical calls are broken too, or each would wait out its own deadline.
+    std::shared_ptr<Work> work = flat_->run(desc);
+    broken_ = flat_->broken();
+    return work;
+  }
   try {
-    if (broken_) std::rethrow_exception(broken_);
     if (desc.kind != CollectiveKind::kAllGather && desc.kind != CollectiveKind::kBroadcast) {
       check_reducible(desc.dtype, desc.op);  // nothing to undo yet
     }

@@ -57,6 +57,12 @@ class P2pGroup final : public Backend {
   std::string_view name() const override { return name_; }
   const BackendCapabilities& capabilities() const override { return caps_; }
   std::shared_ptr<Work> run(const CollectiveDesc& desc) override;
+  // The error that left the group unusable, or null (a backend composed of this one, hier,
+  // breaks with it).
+  std::exception_ptr broken() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_;
+  }
 
  private:
   friend struct Algorithms;

@@ -59,6 +59,7 @@ struct Lane {
   ucp_ep_h ep = nullptr;
   int efd = -1;
   ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
+  int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
 };
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -77,7 +78,10 @@ class UcxRequest final : public p2p::Request {
     if (!handle_) return;
     // Unfinished (an error or a timeout ended the wait): cancel it; after free, UCX calls no
     // callback, so state_ may go.
-    if (!state_.done) ucp_request_cancel(lane_.worker, handle_);
+    if (!state_.done) {
+      ucp_request_cancel(lane_.worker, handle_);
+      ++lane_.abandoned;
+    }
     ucp_request_free(handle_);
   }
   bool test() override {
@@ -114,6 +118,7 @@ class UcxTransport final : public p2p::Transport {
                 "make_ucx_transport: rank ", ctx.rank, " of size ", ctx.size,
                 ": expected 0 <= rank < size");
     BRAID_CHECK(ctx.store != nullptr, kInvalidArgument, "make_ucx_transport: no store");
+    for (int q = 0; q < ctx.size; ++q) all_peers_.push_back(q);
     try {
       start();
     } catch (...) {
@@ -164,6 +169,16 @@ class UcxTransport final : public p2p::Transport {
     p.user_data = &state;
     return p;
   }
+  // Note [Progress every worker]: a send that UCX reported complete may still sit in the
+  // transport's buffer (tcp: the socket was full; the rest goes out when that worker is
+  // progressed again), and keepalive and connection traffic need progress too. So every wait
+  // progresses all workers, not only those of its requests; otherwise a message to a peer
+  // this rank no longer waits on can stay unsent, and that peer times out.
+  void progress_all() {
+    for (Lane& lane : lanes_) {
+      if (lane.worker) ucp_worker_progress(lane.worker);
+    }
+  }
   // Sleeps on the event fds of `peers`' workers until one fires or `deadline` (at most
   // kMaxPollMs); returns at once when a worker has events pending.
   void block(const std::vector<int>& peers, Clock::time_point deadline);
@@ -172,6 +187,7 @@ class UcxTransport final : public p2p::Transport {
   BackendContext ctx_;
   ucp_context_h context_ = nullptr;
   std::vector<Lane> lanes_;
+  std::vector<int> all_peers_;  // 0 .. size - 1: block() sleeps on every worker
 };
 
 void UcxTransport::start() {
@@ -247,13 +263,21 @@ void UcxTransport::start() {
   }
 }
 
+// Note [Forced close]: a healthy transport flushes its endpoints. After any trouble (a lost
+// peer, a request left unfinished by an error or timeout) every endpoint is closed with FORCE,
+// which completes its outstanding operations as cancelled: UCX 1.13 aborts the process
+// (an assertion in ucp_ep_destroy_base) when a worker is destroyed with an endpoint that still
+// has requests, and a flush towards a dead peer cannot finish anyway.
 void UcxTransport::close_endpoints() {
+  progress_all();  // deliver pending error callbacks first
+  bool trouble = false;
+  for (const Lane& lane : lanes_) trouble |= lane.error != UCS_OK || lane.abandoned > 0;
   std::vector<std::pair<Lane*, void*>> closing;
   for (Lane& lane : lanes_) {
     if (!lane.ep) continue;
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = lane.error == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;  // flush a healthy one
+    p.flags = trouble ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(lane.ep, &p);
     lane.ep = nullptr;
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(&lane, r);
@@ -329,6 +353,7 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
               " requests; expected one peer per request");
   const auto spin_end = Clock::now() + kSpinTime;
   while (true) {
+    progress_all();
     std::vector<int> pending, lost;
     for (size_t i = 0; i < requests.size(); ++i) {
       auto* r = static_cast<UcxRequest*>(requests[i].get());
@@ -356,7 +381,7 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
       BRAID_FAIL(kTimeout, "ucx transport: ", what, ": timed out with ", pending.size(), " of ",
                  requests.size(), " requests unfinished, waiting on peers ", peer_text(pending));
     }
-    if (now >= spin_end) block(pending, deadline);
+    if (now >= spin_end) block(all_peers_, deadline);
   }
 }
 
