@@ -76,13 +76,8 @@ class UcxRequest final : public p2p::Request {
   UcxRequest(Lane& lane, int peer) : lane_(lane), peer_(peer) {}
   ~UcxRequest() override {
     if (!handle_) return;
-    // Unfinished (an error or a timeout ended the wait): cancel it; after free, UCX calls no
-    // callback, so state_ may go.
-    if (!state_.done) {
-      ucp_request_cancel(lane_.worker, handle_);
-      ++lane_.abandoned;
-    }
-    ucp_request_free(handle_);
+    if (!state_.done) abandon();
+    ucp_request_free(handle_);  // after free, UCX calls no callback, so state_ may go
   }
   bool test() override {
     if (!state_.done) ucp_worker_progress(lane_.worker);
@@ -105,11 +100,46 @@ class UcxRequest final : public p2p::Request {
   int peer() const { return peer_; }
 
  private:
+  // Note [Abandoned requests]: an error or a timeout ended the wait with this request
+  // unfinished, and its buffer may be freed as soon as this returns. An unmatched receive is
+  // cancelled. A receive already matched (rendezvous data arriving) or a send in flight cannot
+  // be, and UCX would go on reading or writing the buffer: seen under ASan as a write into a
+  // freed buffer during shut-down after a node was killed. Those close the lane's endpoint
+  // with FORCE, which completes its outstanding operations, and wait (at most kCloseTime) until
+  // this one has.
+  void abandon();
+
   Lane& lane_;
   int peer_;
   OpState state_;
   void* handle_ = nullptr;
 };
+
+void UcxRequest::abandon() {
+  ++lane_.abandoned;
+  ucp_request_cancel(lane_.worker, handle_);
+  ucp_worker_progress(lane_.worker);
+  if (state_.done) return;
+  ucs_status_ptr_t closing = nullptr;
+  if (lane_.ep) {  // else an earlier abandoned request of this lane closed it
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    closing = ucp_ep_close_nbx(lane_.ep, &p);
+    lane_.ep = nullptr;
+    if (lane_.error == UCS_OK) lane_.error = UCS_ERR_CANCELED;
+    if (UCS_PTR_IS_ERR(closing)) closing = nullptr;
+  }
+  const auto end = Clock::now() + kCloseTime;
+  while ((!state_.done || (closing && ucp_request_check_status(closing) == UCS_INPROGRESS)) &&
+         Clock::now() < end) {
+    if (ucp_worker_progress(lane_.worker) == 0) {
+      pollfd fd{lane_.efd, POLLIN, 0};
+      if (ucp_worker_arm(lane_.worker) == UCS_OK) ::poll(&fd, 1, 1);
+    }
+  }
+  if (closing) ucp_request_free(closing);
+}
 
 class UcxTransport final : public p2p::Transport {
  public:
@@ -134,6 +164,9 @@ class UcxTransport final : public p2p::Transport {
   std::unique_ptr<p2p::Request> isend(int peer, uint64_t tag, const void* data,
                                       size_t bytes) override {
     Lane& lane = lane_of(peer, "isend");
+    BRAID_CHECK(lane.ep != nullptr, kPeerLost, "ucx transport isend: the endpoint to peer ",
+                peer_text({peer}), " was closed after an operation on it was abandoned (",
+                ucs_status_string(lane.error), ")");
     auto req = std::make_unique<UcxRequest>(lane, peer);
     ucp_request_param_t p = params(req->state());
     p.cb.send = on_send;

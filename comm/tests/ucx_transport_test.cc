@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -187,6 +188,52 @@ TEST(UcxTransport, SilentPeerTimesOutNamingItThenLaterMessageStillMatches) {
       reqs.push_back(t->isend(1, 5, &value, sizeof(value)));
       wait(*t, reqs, {1}, "the late send");
     }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// Note [Abandoned requests] in ucx_transport.cc: a receive whose rendezvous data is already
+// arriving cannot be cancelled; destroying it must stop UCX writing into the buffer, which its
+// owner may reuse or free at once.
+TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
+  constexpr size_t kBig = size_t{128} << 20;  // long enough over tcp to still be arriving
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    if (rank == 0) {
+      std::vector<uint8_t> big(kBig, 0x11);
+      int after = 7;
+      Requests reqs;
+      reqs.push_back(t->isend(1, 1, big.data(), big.size()));
+      reqs.push_back(t->isend(1, 2, &after, sizeof(after)));
+      try {
+        wait(*t, reqs, {1, 1}, "the big send");
+      } catch (const Error&) {  // rank 1 closing its endpoint may fail the big send: fine
+      }
+      store->get("checked");
+      return;
+    }
+    std::vector<uint8_t> big(kBig, 0);
+    int after = 0;
+    {
+      Requests big_req;
+      big_req.push_back(t->irecv(0, 1, big.data(), big.size()));
+      Requests small;
+      small.push_back(t->irecv(0, 2, &after, sizeof(after)));
+      // Sent after the big one on the same endpoint: once it is here, the big message has
+      // been matched and its data is on its way.
+      wait(*t, small, {0}, "the message after the big one");
+      EXPECT_FALSE(big_req[0]->test()) << "128 MiB arrived at once: the test shows nothing";
+    }  // the big receive is abandoned here
+    std::fill(big.begin(), big.end(), uint8_t{0xAB});
+    Requests never;  // progress the transport for a while
+    never.push_back(t->irecv(0, 3, &after, sizeof(after)));
+    try {
+      t->wait_all(never, {0}, Clock::now() + std::chrono::milliseconds(500), "progress");
+    } catch (const Error&) {
+    }
+    EXPECT_EQ(std::count(big.begin(), big.end(), uint8_t{0xAB}), static_cast<long>(kBig))
+        << "UCX wrote into the buffer of an abandoned receive";
+    store->set("checked", "1");
   });
   EXPECT_TRUE(result.ok()) << result.summary();
 }
