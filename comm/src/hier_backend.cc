@@ -443,7 +443,13 @@ void HierGroup::chain(Call& c, const void* input, int64_t total, uint8_t* result
       }
     }
   }
-  check_headers(c, heads);
+  // The neighbours' headers are checked before their data is used, not before this node
+  // sends: node 0 starts the chain without waiting for a round trip.
+  bool checked = false;
+  auto check_once = [&] {
+    if (!checked) check_headers(c, heads);
+    checked = true;
+  };
   Folder folder(d.dtype, d.op, c.factors, n_, &fold_scratch_);
   std::vector<const void*> inputs(L);
   for (int64_t q = 0; q < pieces; ++q) {
@@ -451,6 +457,7 @@ void HierGroup::chain(Call& c, const void* input, int64_t total, uint8_t* result
     for (int j = 0; j < L; ++j) inputs[j] = raw_.data() + (j * cm + off) * es;
     const void* carry = nullptr;
     if (prev >= 0) {
+      check_once();
       wait(c, in[q], "forward piece " + std::to_string(q));
       carry = carry_in_.data() + off * aes;
     }
@@ -462,6 +469,7 @@ void HierGroup::chain(Call& c, const void* input, int64_t total, uint8_t* result
       if (back && prev >= 0) post(c, sends, prev, true, kBackward, q, result + off * es, m * es);
     }
   }
+  check_once();
   if (back && next >= 0) {
     for (int64_t q = 0; q < pieces; ++q) {
       wait(c, back_in[q], "backward piece " + std::to_string(q));
@@ -611,10 +619,13 @@ void HierGroup::broadcast(Call& c) {
     neighbours.insert(neighbours.end(), children.begin(), children.end());
     Pending heads, p;
     post_headers(c, neighbours, heads);
-    if (parent >= 0) post(c, p, parent, false, kForward, 0, d.recv, bytes);
-    check_headers(c, heads);
-    wait(c, p, "from the parent node");
+    if (parent >= 0) {
+      post(c, p, parent, false, kForward, 0, d.recv, bytes);
+      check_headers(c, heads);  // before forwarding the parent's data
+      wait(c, p, "from the parent node");
+    }
     for (int child : children) post(c, p, child, true, kForward, 0, d.recv, bytes);
+    if (parent < 0) check_headers(c, heads);  // the root: after its sends are on their way
     wait(c, p, "to the child nodes");
   }
   CollectiveDesc b;
