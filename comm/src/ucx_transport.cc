@@ -10,6 +10,7 @@
 #include "ucx_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
@@ -414,7 +415,11 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
       BRAID_FAIL(kTimeout, "ucx transport: ", what, ": timed out with ", pending.size(), " of ",
                  requests.size(), " requests unfinished, waiting on peers ", peer_text(pending));
     }
-    if (now >= spin_end) block(all_peers_, deadline);
+    if (now >= spin_end) {
+      block(all_peers_, deadline);
+    } else {
+      sched_yield();
+    }
   }
 }
 
