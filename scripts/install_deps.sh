@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libcli11-dev                                             # apps/: the braid CLI
   libopenblas-dev                                          # a BLAS peer for bench/
   libucx-dev                                               # the ucx backend
+  ucx-utils                                                # ucx_perftest: bench/netns/run.sh
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
 )

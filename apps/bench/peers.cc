@@ -22,6 +22,7 @@
 #include <mpi.h>
 
 #include "braid/comm/tcp_store.h"
+#include "braid/core/environment.h"
 #endif
 
 namespace braid::bench {
@@ -171,21 +172,29 @@ class MpiSession final : public PeerSession {
     if (owns_mpi_) MPI_Finalize();
   }
 
-  // Rank 0 serves a TCP store on loopback (one node, as the shm backend) and broadcasts its
-  // port and token.
+  // Rank 0 serves a TCP store and broadcasts its address, port and token. The address is rank
+  // 0's MASTER_ADDR when set (mpirun -x MASTER_ADDR=<node 0's address>: ranks on other nodes
+  // must reach it), else loopback (one node).
   std::shared_ptr<Store> bootstrap_store() override {
+    char host[256] = {};
     char token[64] = {};
     int port = 0;
     if (collectives_->rank() == 0) {
+      std::string h = get_env_string("MASTER_ADDR", "127.0.0.1");
+      if (h.empty()) h = "127.0.0.1";
+      BRAID_CHECK(h.size() < sizeof host, kInvalidArgument, "MASTER_ADDR='", h,
+                  "': expected a host name or address shorter than ", sizeof host, " bytes");
       std::string t = generate_store_token();
-      server_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0, t);
+      server_ = std::make_unique<TcpStoreServer>(h, 0, t);
       port = server_->port();
+      std::snprintf(host, sizeof host, "%s", h.c_str());
       std::snprintf(token, sizeof token, "%s", t.c_str());
     }
+    mpi_check(MPI_Bcast(host, sizeof host, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast (store host)");
     mpi_check(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast (store port)");
     mpi_check(MPI_Bcast(token, sizeof token, MPI_CHAR, 0, MPI_COMM_WORLD),
               "MPI_Bcast (store token)");
-    return std::make_shared<TcpStore>("127.0.0.1", static_cast<uint16_t>(port), token);
+    return std::make_shared<TcpStore>(host, static_cast<uint16_t>(port), token);
   }
 
   Collectives& collectives() override { return *collectives_; }

@@ -276,12 +276,14 @@ void UcxTransport::start() {
       if (slot == ctx_.rank) {
         Lane& lane = lanes_[q];
         ucp_ep_params_t ep{};
-        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
         ep.address = reinterpret_cast<const ucp_address_t*>(theirs.data() + off);
-        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-        ep.err_handler.cb = on_ep_error;
-        ep.err_handler.arg = &lane;
+        if (q != ctx_.rank) {  // the lane to itself cannot lose its peer (UCX_TLS=tcp,self)
+          ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+          ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+          ep.err_handler.cb = on_ep_error;
+          ep.err_handler.arg = &lane;
+        }
         const ucs_status_t st = ucp_ep_create(lane.worker, &ep, &lane.ep);
         // Peer error handling needs a transport that detects peer failure (tcp, InfiniBand);
         // shared memory alone (UCX_TLS=posix, sysv) cannot reach a peer in this mode.
