@@ -285,18 +285,7 @@ std::string HierGroup::describe_call(const Call& c) const {
 }
 
 CallHeader HierGroup::header(const Call& c) const {
-  const CollectiveDesc& d = c.desc;
-  CallHeader h;
-  h.index = c.index;
-  h.seq = d.seq;
-  h.signature = d.signature;
-  h.count = d.count;
-  h.premul = d.premul_factor;
-  h.root = d.root;
-  h.kind = static_cast<uint8_t>(d.kind);
-  h.dtype = static_cast<uint8_t>(d.dtype);
-  h.op = static_cast<uint8_t>(d.op);
-  return h;
+  return p2p::make_header(c.desc, c.index);
 }
 
 void HierGroup::mismatch(const Call& c, int p, const CallHeader& theirs) const {

@@ -12,16 +12,6 @@
 namespace braid::mpi {
 namespace {
 
-bool is_reduction(CollectiveKind k) {
-  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kReduceScatter;
-}
-
-bool is_rooted(CollectiveKind k) {
-  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
-}
-
 // One rank's call as the all-gather carries it: eight int64.
 struct CallRecord {
   int64_t index, seq, signature, count, kind, dtype, op, root;

@@ -15,16 +15,6 @@ namespace {
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 constexpr unsigned kCheckPhase = 0;
 
-bool is_reduction(CollectiveKind k) {
-  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kReduceScatter;
-}
-
-bool is_rooted(CollectiveKind k) {
-  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
-}
-
 BackendCapabilities make_capabilities() {
   BackendCapabilities c;
   c.devices = {DeviceType::kCPU};
@@ -41,6 +31,20 @@ BackendCapabilities make_capabilities() {
 }  // namespace
 
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
+CallHeader make_header(const CollectiveDesc& d, uint64_t index) {
+  CallHeader h;
+  h.index = index;
+  h.seq = d.seq;
+  h.signature = d.signature;
+  h.count = d.count;
+  h.premul = d.premul_factor;
+  h.root = d.root;
+  h.kind = static_cast<uint8_t>(d.kind);
+  h.dtype = static_cast<uint8_t>(d.dtype);
+  h.op = static_cast<uint8_t>(d.op);
+  return h;
+}
+
 std::string describe_header(const CallHeader& h) {
   const auto kind = static_cast<CollectiveKind>(h.kind);
   std::ostringstream out;
@@ -206,16 +210,7 @@ void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<P
 // backend's wording. The same rounds share the premul_sum factors and are the barrier.
 void P2pGroup::check_across_ranks(Call& c) {
   const CollectiveDesc& d = c.desc;
-  CallHeader mine;
-  mine.index = c.index;
-  mine.seq = d.seq;
-  mine.signature = d.signature;
-  mine.count = d.count;
-  mine.premul = d.premul_factor;
-  mine.root = d.root;
-  mine.kind = static_cast<uint8_t>(d.kind);
-  mine.dtype = static_cast<uint8_t>(d.dtype);
-  mine.op = static_cast<uint8_t>(d.op);
+  CallHeader mine = make_header(d, c.index);
   mine.algo = static_cast<uint8_t>(options_.algo);
   std::vector<CallHeader> rotated(n_);  // [j]: rank (me + j) % n
   rotated[0] = mine;

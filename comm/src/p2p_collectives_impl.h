@@ -27,6 +27,8 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) == 48);
 
+// This rank's header for the call `d`, the group's call number `index` (algo left 0).
+CallHeader make_header(const CollectiveDesc& d, uint64_t index);
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
 std::string describe_header(const CallHeader& h);
 // Whether two ranks' headers are the same call: kind and call index always; dtype, count

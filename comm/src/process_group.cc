@@ -32,16 +32,6 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-bool is_reducing(CollectiveKind k) {
-  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kReduceScatter;
-}
-
-bool is_rooted(CollectiveKind k) {
-  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
-}
-
 template <typename T>
 bool contains(const std::vector<T>& v, const T& x) {
   return std::find(v.begin(), v.end(), x) != v.end();
@@ -135,7 +125,7 @@ std::chrono::milliseconds ProcessGroup::Impl::resolve_timeout(const CallOptions&
 uint64_t ProcessGroup::Impl::signature(const CollectiveDesc& desc) const {
   // Fields that differ legitimately between ranks are left out: op for kinds that do not
   // reduce, root for kinds without one, the peer of send / recv.
-  const uint64_t op = static_cast<uint8_t>(is_reducing(desc.kind) ? desc.op : ReduceOp::kSum);
+  const uint64_t op = static_cast<uint8_t>(is_reduction(desc.kind) ? desc.op : ReduceOp::kSum);
   const uint64_t root = static_cast<uint32_t>(is_rooted(desc.kind) ? desc.root : 0);
   const uint64_t small = static_cast<uint64_t>(desc.kind) |
                          uint64_t{static_cast<uint8_t>(desc.dtype)} << 8 | op << 16 | root << 32;

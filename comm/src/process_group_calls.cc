@@ -12,13 +12,6 @@ namespace {
 
 using Kind = CollectiveKind;
 
-bool is_reducing(Kind k) {
-  return k == Kind::kAllReduce || k == Kind::kReduce || k == Kind::kReduceScatter;
-}
-bool is_rooted(Kind k) {
-  return k == Kind::kBroadcast || k == Kind::kReduce || k == Kind::kGather || k == Kind::kScatter;
-}
-
 // A tensor the backend reads or writes through its pointer.
 void check_buffer(const Tensor& t, std::string_view op, std::string_view name) {
   BRAID_CHECK(t.defined(), kInvalidArgument, op, ": ", name, " is an undefined tensor");
@@ -404,7 +397,7 @@ std::string call_text(const CollectiveDesc& d, const CallRecord& rec) {
   std::ostringstream out;
   out << collective_name(d.kind);
   if (d.kind != Kind::kBarrier) out << " dtype=" << dtype_name(d.dtype) << " count=" << d.count;
-  if (is_reducing(d.kind)) {
+  if (is_reduction(d.kind)) {
     out << " op=" << reduce_op_name(d.op);
     if (d.op == ReduceOp::kPremulSum) out << '(' << d.premul_factor << ')';
   }

@@ -15,16 +15,6 @@
 namespace braid::shm {
 namespace {
 
-bool is_reduction(CollectiveKind k) {
-  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kReduceScatter;
-}
-
-bool is_rooted(CollectiveKind k) {
-  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
-         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
-}
-
 struct PublishedCall {
   uint64_t index, seq;
   int64_t count;

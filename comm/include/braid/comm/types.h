@@ -31,6 +31,17 @@ enum class CollectiveKind : uint8_t {
 };
 std::string_view collective_name(CollectiveKind kind);  // "all_reduce", ...
 
+// Kinds that combine the ranks' contributions with a ReduceOp.
+constexpr bool is_reduction(CollectiveKind k) {
+  return k == CollectiveKind::kAllReduce || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kReduceScatter;
+}
+// Kinds with a root rank.
+constexpr bool is_rooted(CollectiveKind k) {
+  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kReduce ||
+         k == CollectiveKind::kGather || k == CollectiveKind::kScatter;
+}
+
 enum class ReduceOp : uint8_t { kSum, kProd, kMin, kMax, kAvg, kPremulSum };
 std::string_view reduce_op_name(ReduceOp op);  // "sum", ...
 
