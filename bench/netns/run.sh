@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks braid's collectives across two "nodes" on one machine: two network namespaces
-# joined by a veth pair (named braid0 in both, 10.234.X.1 and .2), UCX forced to TCP over it.
+# joined by a veth pair (named braid0 in both, 10.233.X.1 and .2; tests/multinode/netns_lib.sh),
+# UCX forced to TCP over it.
 #   1. the link's reference: ucx_perftest (tag_bw, stream_bw, ucp_am_bw; tag_lat at 8 B),
 #      server in node 1, client in node 0;
 #   2. `braid bench --backend B --peer mpi` under one mpirun spanning both namespaces (the
@@ -37,29 +38,11 @@ braid=$(cd "$(dirname "$braid")" && pwd)/$(basename "$braid")
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
 
-# --- two namespaces, one veth pair renamed braid0 on both ends --------------------------
-tag=$$
-x=$((tag % 250 + 1))
-ns=("braid-nb$tag-0" "braid-nb$tag-1")
-addr=("10.234.$x.1" "10.234.$x.2")
-work=$(mktemp -d /tmp/braid-netns-bench-XXXXXX)
-# shellcheck disable=SC2317  # cleanup is called by the EXIT trap
-cleanup() {
-  for n in "${ns[@]}"; do ip netns pids "$n" 2>/dev/null | xargs -r kill -KILL; done
-  for n in "${ns[@]}"; do ip netns del "$n" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-ip netns add "${ns[0]}" || die "ip netns add failed"
-ip netns add "${ns[1]}"
-ip link add "bnb$tag-0" type veth peer name "bnb$tag-1"
-for i in 0 1; do
-  ip link set "bnb$tag-$i" netns "${ns[$i]}"
-  ip -n "${ns[$i]}" link set "bnb$tag-$i" name braid0
-  ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev braid0
-  ip -n "${ns[$i]}" link set braid0 up
-  ip -n "${ns[$i]}" link set lo up
-done
+# --- two namespaces, one veth pair renamed braid0 on both ends (the tests' set-up) ------
+# shellcheck source=tests/multinode/netns_lib.sh
+source "$here/../../tests/multinode/netns_lib.sh"
+netns_setup  # ns[], addr[], tag, netns_tmp; cleans up on exit
+work=$netns_tmp
 # The namespaces share /dev/shm and IPC: without these UCX would reach node 1 through shared
 # memory. Both UCX users (ucx_perftest, braid's ucx backend) see the same settings.
 export UCX_TLS=tcp,self UCX_NET_DEVICES=braid0

@@ -26,7 +26,6 @@ using p2p::Clock;
 using p2p::Request;
 using p2p::Transport;
 
-constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 // Pieces of a chain: the next node folds piece q while this one sends piece q + 1.
 // BRAID_HIER_PIECE_BYTES overrides (tests use tiny pieces to run many).
 constexpr int64_t kDefaultPieceBytes = int64_t{256} << 10;
@@ -249,9 +248,10 @@ std::shared_ptr<Work> HierGroup::run(const CollectiveDesc& desc) {
   } catch (...) {
     return completed_work(std::current_exception());
   }
-  auto timeout = desc.timeout.count() > 0 ? desc.timeout : ctx_.timeout;
-  if (timeout.count() <= 0) timeout = kDefaultTimeout;
-  Call c{.desc = desc, .deadline = Clock::now() + timeout, .index = ++calls_, .factors = {}};
+  Call c{.desc = desc,
+         .deadline = p2p::call_deadline(desc, ctx_.timeout),
+         .index = ++calls_,
+         .factors = {}};
   try {
     dispatch(c);
     return completed_work();

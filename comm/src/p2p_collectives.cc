@@ -31,6 +31,12 @@ BackendCapabilities make_capabilities() {
 }  // namespace
 
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
+Clock::time_point call_deadline(const CollectiveDesc& d, std::chrono::milliseconds group_timeout) {
+  auto timeout = d.timeout.count() > 0 ? d.timeout : group_timeout;
+  if (timeout.count() <= 0) timeout = kDefaultTimeout;
+  return Clock::now() + timeout;
+}
+
 CallHeader make_header(const CollectiveDesc& d, uint64_t index) {
   CallHeader h;
   h.index = index;
@@ -124,9 +130,7 @@ std::shared_ptr<Work> P2pGroup::run(const CollectiveDesc& desc) {
   } catch (...) {
     return completed_work(std::current_exception());
   }
-  auto timeout = desc.timeout.count() > 0 ? desc.timeout : ctx_.timeout;
-  if (timeout.count() <= 0) timeout = kDefaultTimeout;
-  Call c{.desc = desc, .deadline = Clock::now() + timeout, .headers = {}, .factors = {}};
+  Call c{.desc = desc, .deadline = call_deadline(desc, ctx_.timeout), .headers = {}, .factors = {}};
   try {
     dispatch(c);
     return completed_work();

@@ -27,6 +27,9 @@ struct CallHeader {
 };
 static_assert(sizeof(CallHeader) == 48);
 
+// When a call must be done: desc.timeout, else the group's `group_timeout`, else 300 s, from
+// now.
+Clock::time_point call_deadline(const CollectiveDesc& d, std::chrono::milliseconds group_timeout);
 // This rank's header for the call `d`, the group's call number `index` (algo left 0).
 CallHeader make_header(const CollectiveDesc& d, uint64_t index);
 // "all_reduce f32 x 1024 sum", "broadcast bf16 x 7 root 2", "barrier" (as the shm backend).
