@@ -1,6 +1,7 @@
 // braid_bench_kernels: CPU kernel throughput beside a peer measured in the same run.
 //   bytes/s  casts, axpby, binary add, sum, softmax   peer: memcpy of the same f32 size
 //   FLOP/s   sgemm (and bf16 GEMM)                    peer: OpenBLAS sgemm, one thread
+//   bytes/s  fused AdamW step (bench/run_optim.sh)    peer: memcpy, and torch.optim.AdamW
 // Benchmark names end in the element count n (or the GEMM size); bench/run_kernels.sh pairs
 // each braid row with its peer and prints the ratio. Everything runs on one thread.
 //
@@ -16,6 +17,7 @@
 
 #include "braid/core/cpu_features.h"
 #include "braid/kernels/cpu.h"
+#include "braid/kernels/optim.h"
 
 #if BRAID_BENCH_OPENBLAS
 #include <cblas.h>
@@ -164,6 +166,41 @@ void openblas_peer(benchmark::State& state) {
 }
 BENCHMARK(openblas_peer)->Name("sgemm_openblas")->Apply(gemm_args);
 #endif
+
+// ---- fused optimizer step (braid/kernels/optim.h; bench/run_optim.sh sets it beside torch) --
+
+// 1 Mi elements (28 MiB touched per step: about the L3) and 64 Mi (1.75 GiB: DRAM).
+void optim_args(benchmark::internal::Benchmark* b) {
+  b->Arg(int64_t{1} << 20)->Arg(int64_t{1} << 26);
+}
+BENCHMARK(memcpy_peer)->Name("memcpy")->Apply(optim_args);
+
+// One AdamW step, bytes counted as the step must move them: f32 param r+w 8, grad r 4,
+// exp_avg and exp_avg_sq r+w 16 = 28 per element; bf16 param w 2, f32 master r+w 8, bf16 grad
+// r 2, states 16 = 28. The parameter's dtype is the gradient's.
+template <DType kParam, bool kMaster>
+void adamw_bench(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  auto param = buffer(kParam, n, 1.0), master = buffer(DType::kF32, kMaster ? n : 0, 1.0);
+  auto m = buffer(DType::kF32, n, 0.0), v = buffer(DType::kF32, n, 0.0);
+  const auto grad = buffer(kParam, n, 0.5);
+  braid::kernels::OptimStep step;
+  step.algo = braid::kernels::OptimAlgo::kAdamW;
+  step.weight_decay = 0.01;
+  step.param_dtype = step.grad_dtype = kParam;
+  braid::kernels::OptimTensor t;
+  t.n = n;
+  t.param = param.data(), t.grad = grad.data();
+  t.master = kMaster ? reinterpret_cast<float*>(master.data()) : nullptr;
+  t.state0 = reinterpret_cast<float*>(m.data()), t.state1 = reinterpret_cast<float*>(v.data());
+  for (auto _ : state) {
+    k::optimizer_step(step, &t, 1);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 28);
+}
+BENCHMARK(adamw_bench<DType::kF32, false>)->Name("adamw_f32")->Apply(optim_args);
+BENCHMARK(adamw_bench<DType::kBF16, true>)->Name("adamw_bf16_master")->Apply(optim_args);
 
 }  // namespace
 

@@ -1,6 +1,9 @@
 # Helpers shared by every folder's CMakeLists.txt.
 
 set(BRAID_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+# nvcc rejects -W flags it does not know: CUDA sources pass them to the host compiler instead.
+list(JOIN BRAID_WARNINGS "," _braid_host_warnings)
+set(BRAID_CUDA_WARNINGS -Xcompiler=${_braid_host_warnings})
 
 # braid_add_library(<folder> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
 # Creates target braid_<folder> (alias braid::<folder>) with public headers in
@@ -14,7 +17,8 @@ function(braid_add_library folder)
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/generated>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-  target_compile_options(${t} PRIVATE ${BRAID_WARNINGS})
+  target_compile_options(${t} PRIVATE "$<$<COMPILE_LANGUAGE:C,CXX>:${BRAID_WARNINGS}>"
+                                      "$<$<COMPILE_LANGUAGE:CUDA>:${BRAID_CUDA_WARNINGS}>")
   target_compile_features(${t} PUBLIC cxx_std_20)
   target_link_libraries(${t} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${folder})

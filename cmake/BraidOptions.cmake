@@ -46,6 +46,27 @@ if(NOT BRAID_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 _braid_resolve(CUDA ${_found} "${_why}")
+# CUDA becomes a language of the whole build here, at the top level: kernels/ compiles .cu
+# files and everything linking braid_kernels (tests, bench/) links their objects.
+# CMAKE_CUDA_ARCHITECTURES is the user's (-D...); unset, 80;90 (A100, H100/H200) builds fast
+# and runs on any GPU of those generations or newer through PTX JIT.
+if(BRAID_HAVE_CUDA)
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
+    set(CMAKE_CUDA_ARCHITECTURES "80;90" CACHE STRING "GPU architectures for CUDA code (80;90)")
+  endif()
+  # One shared cudart, the library CUDA::cudart names (CMake's default is a static copy).
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  enable_language(CUDA)
+  # After enable_language: its compiler check must not be asked for a dialect yet. CMake 3.25
+  # does not know nvcc's C++20 flag (3.26 does), so it is told.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND NOT CMAKE_CUDA_SIMULATE_ID STREQUAL "MSVC")
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
+endif()
 
 # HIP: hipcc (Debian's hipcc) is enough for compile checks.
 find_program(BRAID_HIPCC hipcc)

@@ -1,0 +1,60 @@
+// Precision policies (design.md, "Precision policy"; docs/mixed-precision.md): which dtype a
+// model's parameters are stored in, computed in, reduced in, which dtype buffers use, and
+// which dtype the optimizer's master copy and state keep. The names follow the seed's
+// PrecisionType ("no", "fp16", "bf16", "fp8") and FSDP's MixedPrecision fields.
+//
+//   auto policy = braid::amp::PrecisionPolicy::from("bf16");
+//   policy.keep_in_fp32_modules = {"lm_head", "ln_f"};
+//   DType d = policy.param_dtype_for("transformer.h.0.attn.c_attn");  // bf16
+//   DType e = policy.param_dtype_for("lm_head");                      // f32
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "braid/core/dtype.h"
+
+namespace braid::amp {
+
+// The seed's accelerate.utils.PrecisionType.
+enum class PrecisionType : uint8_t { kNo, kFp16, kBf16, kFp8 };
+
+// "no" (also "fp32"), "fp16", "bf16", "fp8"; anything else throws kInvalidArgument listing
+// the accepted names.
+PrecisionType parse_precision_type(std::string_view name);
+std::string_view precision_type_name(PrecisionType type);  // "no", "fp16", "bf16", "fp8"
+
+struct PrecisionPolicy {
+  PrecisionType type = PrecisionType::kNo;
+  DType param_dtype = DType::kF32;    // parameters as the model computes with them
+  DType compute_dtype = DType::kF32;  // matmuls under autocast (fp8: the base dtype, bf16)
+  DType reduce_dtype = DType::kF32;   // gradients on the wire (accumulated in f32 by comm/)
+  DType buffer_dtype = DType::kF32;   // non-trainable buffers
+  DType master_dtype = DType::kF32;   // the optimizer's master copy of every parameter
+  DType state_dtype = DType::kF32;    // optimizer state (momentum, exp_avg, ...)
+  // Modules whose parameters stay f32 whatever param_dtype is (transformers'
+  // _keep_in_fp32_modules): a parameter is kept when one of its dotted name's components
+  // equals an entry, or the name starts with "<entry>.".
+  std::vector<std::string> keep_in_fp32_modules;
+
+  // The policy Accelerate's FSDP plugin builds for a mixed_precision string:
+  //   no:   everything f32
+  //   fp16: param, compute, reduce, buffer f16; master and state f32; needs a GradScaler
+  //   bf16: param, compute, reduce, buffer bf16; master and state f32
+  //   fp8:  bf16 as the base (param, reduce, buffer), matmuls in fp8 through amp/fp8.h
+  static PrecisionPolicy from(PrecisionType type);
+  static PrecisionPolicy from(std::string_view name) { return from(parse_precision_type(name)); }
+
+  // param_dtype, or f32 for a parameter of a keep_in_fp32 module.
+  DType param_dtype_for(std::string_view parameter_name) const;
+  // True when the stored parameter dtype differs from master_dtype, so the optimizer keeps
+  // a master copy.
+  bool needs_master_weights(DType stored_param_dtype) const {
+    return stored_param_dtype != master_dtype;
+  }
+  // Only fp16 needs loss scaling: bf16 has f32's exponent range (docs/mixed-precision.md).
+  bool needs_grad_scaler() const { return type == PrecisionType::kFp16; }
+};
+
+}  // namespace braid::amp

@@ -1,0 +1,74 @@
+#include "braid/amp/precision.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "braid/core/error.h"
+
+namespace braid::amp {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(PrecisionType, ParsesTheSeedsNamesAndRejectsOthers) {
+  EXPECT_EQ(parse_precision_type("no"), PrecisionType::kNo);
+  EXPECT_EQ(parse_precision_type("fp32"), PrecisionType::kNo);
+  EXPECT_EQ(parse_precision_type("fp16"), PrecisionType::kFp16);
+  EXPECT_EQ(parse_precision_type("bf16"), PrecisionType::kBf16);
+  EXPECT_EQ(parse_precision_type("fp8"), PrecisionType::kFp8);
+  for (auto t :
+       {PrecisionType::kNo, PrecisionType::kFp16, PrecisionType::kBf16, PrecisionType::kFp8}) {
+    EXPECT_EQ(parse_precision_type(precision_type_name(t)), t);
+  }
+  try {
+    parse_precision_type("half");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_THAT(e.message(), HasSubstr("'half'"));
+    EXPECT_THAT(e.message(), HasSubstr("\"bf16\""));
+  }
+}
+
+TEST(PrecisionPolicy, MapsEachTypeToFsdpDtypes) {
+  const auto no = PrecisionPolicy::from("no");
+  EXPECT_EQ(no.param_dtype, DType::kF32);
+  EXPECT_EQ(no.reduce_dtype, DType::kF32);
+  EXPECT_FALSE(no.needs_grad_scaler());
+
+  const auto fp16 = PrecisionPolicy::from("fp16");
+  EXPECT_EQ(fp16.param_dtype, DType::kF16);
+  EXPECT_EQ(fp16.compute_dtype, DType::kF16);
+  EXPECT_EQ(fp16.reduce_dtype, DType::kF16);
+  EXPECT_EQ(fp16.buffer_dtype, DType::kF16);
+  EXPECT_EQ(fp16.master_dtype, DType::kF32);
+  EXPECT_EQ(fp16.state_dtype, DType::kF32);
+  EXPECT_TRUE(fp16.needs_grad_scaler());
+
+  const auto bf16 = PrecisionPolicy::from("bf16");
+  EXPECT_EQ(bf16.param_dtype, DType::kBF16);
+  EXPECT_EQ(bf16.master_dtype, DType::kF32);
+  EXPECT_FALSE(bf16.needs_grad_scaler());
+  EXPECT_TRUE(bf16.needs_master_weights(DType::kBF16));
+  EXPECT_FALSE(bf16.needs_master_weights(DType::kF32));
+
+  const auto fp8 = PrecisionPolicy::from("fp8");
+  EXPECT_EQ(fp8.param_dtype, DType::kBF16);
+  EXPECT_EQ(fp8.reduce_dtype, DType::kBF16);
+  EXPECT_FALSE(fp8.needs_grad_scaler());
+}
+
+TEST(PrecisionPolicy, KeepInFp32MatchesWholeNameComponents) {
+  auto p = PrecisionPolicy::from("bf16");
+  p.keep_in_fp32_modules = {"ln_f", "lm_head", "wo"};
+  EXPECT_EQ(p.param_dtype_for("lm_head.weight"), DType::kF32);
+  EXPECT_EQ(p.param_dtype_for("transformer.ln_f.bias"), DType::kF32);
+  EXPECT_EQ(p.param_dtype_for("transformer.h.3.mlp.wo.weight"), DType::kF32);
+  EXPECT_EQ(p.param_dtype_for("transformer.ln_foo.weight"), DType::kBF16);
+  EXPECT_EQ(p.param_dtype_for("transformer.h.0.attn.c_attn.weight"), DType::kBF16);
+  EXPECT_EQ(p.param_dtype_for("wox.weight"), DType::kBF16);
+  EXPECT_EQ(p.param_dtype_for("ln_f"), DType::kF32);
+}
+
+}  // namespace
+}  // namespace braid::amp
