@@ -178,7 +178,7 @@ BENCHMARK(memcpy_peer)->Name("memcpy")->Apply(optim_args);
 // One AdamW step, bytes counted as the step must move them: f32 param r+w 8, grad r 4,
 // exp_avg and exp_avg_sq r+w 16 = 28 per element; bf16 param w 2, f32 master r+w 8, bf16 grad
 // r 2, states 16 = 28. The parameter's dtype is the gradient's.
-template <DType kParam, bool kMaster>
+template <DType kParam, bool kMaster, int kThreads = 1>
 void adamw_bench(benchmark::State& state) {
   const int64_t n = state.range(0);
   auto param = buffer(kParam, n, 1.0), master = buffer(DType::kF32, kMaster ? n : 0, 1.0);
@@ -194,13 +194,26 @@ void adamw_bench(benchmark::State& state) {
   t.master = kMaster ? reinterpret_cast<float*>(master.data()) : nullptr;
   t.state0 = reinterpret_cast<float*>(m.data()), t.state1 = reinterpret_cast<float*>(v.data());
   for (auto _ : state) {
-    k::optimizer_step(step, &t, 1);
+    if (kThreads == 1) {
+      k::optimizer_step(step, &t, 1);
+    } else {
+      k::optimizer_step_threaded(step, &t, 1, kThreads);
+    }
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * n * 28);
 }
 BENCHMARK(adamw_bench<DType::kF32, false>)->Name("adamw_f32")->Apply(optim_args);
 BENCHMARK(adamw_bench<DType::kBF16, true>)->Name("adamw_bf16_master")->Apply(optim_args);
+// Both cores, as torch's AdamW runs with torch.set_num_threads(2) beside it.
+BENCHMARK(adamw_bench<DType::kF32, false, 2>)
+    ->Name("adamw_f32_2threads")
+    ->Apply(optim_args)
+    ->UseRealTime();
+BENCHMARK(adamw_bench<DType::kBF16, true, 2>)
+    ->Name("adamw_bf16_master_2threads")
+    ->Apply(optim_args)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -29,17 +29,19 @@ import json, sys
 braid = json.load(open(sys.argv[1]))
 torch = json.load(open(sys.argv[2]))
 ctx = braid["context"]
-print(f"# {ctx.get('cpu', '?')}, braid ISA {ctx.get('braid_isa', '?')}, 1 thread, median of "
+print(f"# {ctx.get('cpu', '?')}, braid ISA {ctx.get('braid_isa', '?')}, median of "
       f"repetitions; torch {torch['torch']}, {torch['threads']} threads")
 bps = {}
 for b in braid["benchmarks"]:
     if b.get("aggregate_name", "median") == "median":
-        bps[b.get("run_name", b["name"])] = b["bytes_per_second"]
+        bps[b.get("run_name", b["name"]).removesuffix("/real_time")] = b["bytes_per_second"]
 peer = {(r["dtype"], r["n"], r["foreach"]): r for r in torch["rows"]}
 print(f"{'case':30} {'n':>9} {'braid':>7} {'memcpy':>7} {'foreach':>8} {'single':>7} "
       f"{'/memcpy':>8} {'x foreach':>9} {'x single':>8}   (GB/s)")
-for case, name, dtype in (("adamw f32", "adamw_f32", "f32"),
-                          ("adamw bf16 (braid: f32 master)", "adamw_bf16_master", "bf16")):
+for case, name, dtype in (("adamw f32, 1 thread", "adamw_f32", "f32"),
+                          ("adamw f32, 2 threads", "adamw_f32_2threads", "f32"),
+                          ("adamw bf16+master, 1 thread", "adamw_bf16_master", "bf16"),
+                          ("adamw bf16+master, 2 threads", "adamw_bf16_master_2threads", "bf16")):
     for n in (1 << 26, 1 << 20):
         b, m = bps.get(f"{name}/{n}"), bps.get(f"memcpy/{n}")
         tf, ts = peer.get((dtype, n, True)), peer.get((dtype, n, False))

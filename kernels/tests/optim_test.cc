@@ -764,3 +764,65 @@ TEST(OptimUnscale, BadArguments) {
 
 }  // namespace
 }  // namespace braid::kernels::cpu
+
+namespace braid::kernels::cpu {
+namespace {
+
+// The threaded step cuts tensors into pieces: the bits must not change, stochastic rounding
+// included (each element keeps its Philox word).
+TEST(OptimThreaded, SameBitsAsOneThread) {
+  for (Rounding rounding : {Rounding::kNearest, Rounding::kStochastic}) {
+    OptimStep step;
+    step.algo = OptimAlgo::kAdamW;
+    step.weight_decay = 0.1;
+    step.amsgrad = true;
+    step.param_dtype = DType::kBF16;
+    step.grad_dtype = DType::kBF16;
+    step.rounding = rounding;
+    step.seed = 99;
+    const std::vector<int64_t> sizes = {(int64_t{1} << 18) + 37, 1000, 7};
+    auto run = [&](int threads) {
+      std::vector<std::vector<uint16_t>> params, grads;
+      std::vector<std::vector<float>> master, m, v, vmax;
+      std::vector<OptimTensor> ts;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const int64_t n = sizes[i];
+        params.emplace_back(n);
+        grads.emplace_back(n);
+        master.emplace_back(n);
+        m.emplace_back(n, 0.0f);
+        v.emplace_back(n, 0.0f);
+        vmax.emplace_back(n, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          master[i][j] = 1.0f + 1e-3f * static_cast<float>((j * 7919 + i) % 1000);
+          params[i][j] = bfloat16(master[i][j]).bits;
+          grads[i][j] = bfloat16(0.01f * static_cast<float>((j * 104729) % 201 - 100)).bits;
+        }
+        OptimTensor t;
+        t.n = n;
+        t.param = params[i].data();
+        t.master = master[i].data();
+        t.grad = grads[i].data();
+        t.state0 = m[i].data();
+        t.state1 = v[i].data();
+        t.state2 = vmax[i].data();
+        t.rng_offset = 1000003 * i;
+        ts.push_back(t);
+      }
+      for (int s = 1; s <= 2; ++s) {
+        step.step = s;
+        optimizer_step_threaded(step, ts.data(), static_cast<int64_t>(ts.size()), threads);
+      }
+      return std::make_pair(params, master);
+    };
+    const auto one = run(1);
+    for (int threads : {2, 3}) {
+      const auto many = run(threads);
+      EXPECT_EQ(many.first, one.first) << "threads " << threads;
+      EXPECT_EQ(many.second, one.second) << "threads " << threads;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace braid::kernels::cpu

@@ -143,6 +143,12 @@ void Optimizer::set_rounding(kernels::Rounding rounding, uint64_t seed) {
   seed_ = seed;
 }
 
+void Optimizer::set_num_threads(int threads) {
+  BRAID_CHECK(threads >= 1, kInvalidArgument, algo_name(algo_), ": set_num_threads(", threads,
+              "): expected >= 1");
+  threads_ = threads;
+}
+
 Optimizer::State& Optimizer::state_for(const Parameter& p, const OptimizerOptions& o) {
   auto [it, fresh] = state_.try_emplace(p.id());
   State& st = it->second;
@@ -245,7 +251,8 @@ void Optimizer::step_group(ParamGroup& g, double grad_scale) {
     b->tensors.push_back(t);
   }
   for (const Bucket& b : buckets) {
-    kernels::cpu::optimizer_step(b.step, b.tensors.data(), static_cast<int64_t>(b.tensors.size()));
+    kernels::cpu::optimizer_step_threaded(b.step, b.tensors.data(),
+                                          static_cast<int64_t>(b.tensors.size()), threads_);
   }
 }
 

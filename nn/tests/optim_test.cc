@@ -81,6 +81,23 @@ TEST(Optimizer, SkipsParametersWithoutGradientsAndCountsStepsPerParameter) {
   EXPECT_TRUE(equal(a[0].data(), frozen));
 }
 
+TEST(Optimizer, ThreadsDoNotChangeTheBits) {
+  auto run = [](int threads) {
+    std::vector<Parameter> ps = {Parameter(Tensor::zeros({(1 << 18) + 5}, DType::kBF16))};
+    AdamW opt(ps, {.lr = 1e-2, .weight_decay = 0.1});
+    opt.set_num_threads(threads);
+    opt.set_rounding(kernels::Rounding::kStochastic, 5);
+    for (int s = 0; s < 2; ++s) {
+      set_grads(ps, s, DType::kBF16);
+      opt.step();
+    }
+    return ps[0].data().clone();
+  };
+  EXPECT_TRUE(equal(run(1), run(2)));
+  AdamW opt(make_params(1), {});
+  EXPECT_THROW(opt.set_num_threads(0), Error);
+}
+
 TEST(Optimizer, ZeroGradSetsToNoneOrZero) {
   auto ps = make_params(3);
   SGD opt(ps, {.lr = 0.1});

@@ -5,11 +5,15 @@
 
 #include "braid/kernels/optim.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "braid/core/error.h"
 #include "braid/core/float_types.h"
@@ -264,6 +268,57 @@ void optimizer_step(const OptimStep& step, const OptimTensor* tensors, int64_t c
     for (int64_t off = 0; off < t.n; off += kBlock) {
       step_block(plan, t, off, t.n - off < kBlock ? t.n - off : kBlock, gbuf, pbuf);
     }
+  }
+}
+
+void optimizer_step_threaded(const OptimStep& step, const OptimTensor* tensors, int64_t count,
+                             int threads) {
+  check_optim_step(step, tensors, count);
+  int64_t total = 0;
+  for (int64_t i = 0; i < count; ++i) total += tensors[i].n;
+  if (threads <= 1 || total < (int64_t{1} << 18)) return optimizer_step(step, tensors, count);
+  // Piece k of every tensor goes to thread k: each thread streams its own part of memory.
+  std::vector<std::vector<OptimTensor>> parts(static_cast<size_t>(threads));
+  const int64_t psize = dtype_size(step.param_dtype), gsize = dtype_size(step.grad_dtype);
+  for (int64_t i = 0; i < count; ++i) {
+    const OptimTensor& t = tensors[i];
+    const int64_t chunk = ((t.n + threads - 1) / threads + 63) / 64 * 64;
+    for (int k = 0; k < threads && int64_t{k} * chunk < t.n; ++k) {
+      const int64_t off = int64_t{k} * chunk;
+      OptimTensor piece = t;
+      piece.n = std::min(chunk, t.n - off);
+      piece.param = static_cast<char*>(t.param) + off * psize;
+      piece.grad = static_cast<const char*>(t.grad) + off * gsize;
+      if (t.master) piece.master = t.master + off;
+      if (t.state0) piece.state0 = t.state0 + off;
+      if (t.state1) piece.state1 = t.state1 + off;
+      if (t.state2) piece.state2 = t.state2 + off;
+      piece.rng_offset = t.rng_offset + static_cast<uint64_t>(off);
+      parts[static_cast<size_t>(k)].push_back(piece);
+    }
+  }
+  const CpuIsa isa = cpu_dispatch_isa();
+  std::vector<std::exception_ptr> errors(parts.size());
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < parts.size(); ++k) {
+    if (parts[k].empty()) continue;
+    pool.emplace_back([&, k] {
+      try {
+        ScopedCpuIsa level(isa);
+        optimizer_step(step, parts[k].data(), static_cast<int64_t>(parts[k].size()));
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+    });
+  }
+  try {
+    optimizer_step(step, parts[0].data(), static_cast<int64_t>(parts[0].size()));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
 }
 

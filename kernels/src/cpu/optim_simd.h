@@ -18,10 +18,11 @@
 // Note [No FMA contraction]
 // GCC implements _mm*_mul_ps / _mm*_add_ps as plain vector arithmetic, and C++ (even with
 // -std=c++20) defaults to -ffp-contract=fast, so with -mfma it fuses add(mul(a, b), c) into
-// one FMA that rounds once where the reference rounds twice. The optimizer's ISA files
-// therefore start with #pragma GCC optimize("fp-contract=off"), before any include so that
-// the headers' inline code is covered too; optim.cc has it as well, for builds whose
-// baseline flags enable FMA (-march=native).
+// one FMA that rounds once where the reference rounds twice. kernels/CMakeLists.txt passes
+// -ffp-contract=off to every ISA file; the optimizer's files also start with
+// #pragma GCC optimize("fp-contract=off"), before any include so that the headers' inline
+// code is covered, which keeps them exact under other flags too (optim.cc has it for builds
+// whose baseline flags enable FMA, such as -march=native).
 // Internal linkage throughout (Note [ISA files and the ODR] in elementwise_simd.h).
 #pragma once
 

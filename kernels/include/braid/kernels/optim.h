@@ -104,6 +104,14 @@ namespace cpu {
 // through the cache once.
 void optimizer_step(const OptimStep& step, const OptimTensor* tensors, int64_t count);
 
+// The same step split over `threads` threads (the calling thread is one of them): every tensor
+// is cut into contiguous pieces of a multiple of 64 elements, one per thread, so the result
+// is bit-identical to optimizer_step (the formulas are elementwise; stochastic rounding keeps
+// each element's Philox word). Calls with fewer than 2^18 elements in all, or threads <= 1,
+// run on the calling thread. Every thread uses the caller's SIMD level.
+void optimizer_step_threaded(const OptimStep& step, const OptimTensor* tensors, int64_t count,
+                             int threads);
+
 // torch._amp_foreach_non_finite_check_and_unscale_: for each of `count` tensors (dtype f32,
 // bf16 or f16, counts[t] contiguous elements at data[t]), x = x * inv_scale in place (in
 // f32, rounded once; skipped when inv_scale == 1) and returns true when any element was

@@ -82,6 +82,9 @@ class Optimizer : public amp::ScaledOptimizer {
 
   // Rounding of 16-bit parameters after each step; kStochastic needs bf16 parameters.
   void set_rounding(kernels::Rounding rounding, uint64_t seed = 0);
+  // Threads a step may use (default 1): large groups are split over them with the same bits
+  // (kernels::cpu::optimizer_step_threaded). Raise it when this rank owns spare cores.
+  void set_num_threads(int threads);
   // The f32 master copy of a parameter, or undefined when it has none.
   Tensor master(const Parameter& p) const;
 
@@ -118,6 +121,7 @@ class Optimizer : public amp::ScaledOptimizer {
   kernels::Rounding rounding_ = kernels::Rounding::kNearest;
   uint64_t seed_ = 0;
   uint64_t rng_words_ = 0;  // Philox words handed out to parameters so far
+  int threads_ = 1;
 };
 
 // torch.optim.SGD: lr, momentum, dampening, nesterov, weight_decay, maximize.
