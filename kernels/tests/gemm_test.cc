@@ -4,10 +4,13 @@
 // scalar reference and against a long double product with a tolerance proportional to k.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "braid/core/thread_pool.h"
 #include "braid/kernels/cpu.h"
 #include "kernel_test_util.h"
 
@@ -323,6 +326,63 @@ TEST(Gemm, F16InputsAccumulateInF32) {
 }
 TEST(Gemm, BF16InputsAccumulateInF32) {
   reduced_sweep<bfloat16>();
+}
+
+// Note [GEMM threads]: the thread count never changes a bit of C, for every level, transpose,
+// dtype and batch shape (batches split by item, single items by column blocks where allowed).
+TEST(Gemm, ThreadCountNeverChangesTheBits) {
+  const int saved = get_num_threads();
+  struct Case {
+    int64_t m, n, k, batch;
+  };
+  for (CpuIsa isa : testing::supported_isas()) {
+    ScopedCpuIsa scope(isa);
+    for (Case cs : {Case{200, 333, 100, 1}, Case{64, 64, 64, 1}, Case{130, 127, 65, 1},
+                    Case{70, 300, 90, 3}, Case{16, 40, 8, 5}}) {
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        for (int tr = 0; tr < 4; ++tr) {
+          const Trans ta = tr & 1 ? Trans::kYes : Trans::kNo,
+                      tb = tr & 2 ? Trans::kYes : Trans::kNo;
+          const auto a32 = testing::random_f32(cs.batch * cs.m * cs.k, 11, -1, 1);
+          const auto b32 = testing::random_f32(cs.batch * cs.k * cs.n, 12, -1, 1);
+          std::vector<uint16_t> a16(a32.size()), b16(b32.size());
+          cast(a32.data(), DType::kF32, a16.data(), DType::kBF16, int64_t(a32.size()));
+          cast(b32.data(), DType::kF32, b16.data(), DType::kBF16, int64_t(b32.size()));
+          std::vector<float> ref;
+          for (int threads : {1, 2, 3, 4}) {
+            set_num_threads(threads);
+            std::vector<float> c(size_t(cs.batch * cs.m * cs.n), -7.0f);
+            GemmArgs g;
+            g.trans_a = ta;
+            g.trans_b = tb;
+            g.m = cs.m, g.n = cs.n, g.k = cs.k;
+            g.a = dt == DType::kF32 ? static_cast<const void*>(a32.data()) : a16.data();
+            g.b = dt == DType::kF32 ? static_cast<const void*>(b32.data()) : b16.data();
+            g.lda = ta == Trans::kYes ? cs.m : cs.k;
+            g.ldb = tb == Trans::kYes ? cs.k : cs.n;
+            g.c = c.data();
+            g.ldc = cs.n;
+            g.ab_dtype = dt;
+            g.c_dtype = DType::kF32;
+            g.alpha = 0.5;
+            g.beta = 0.25;
+            g.batch = cs.batch;
+            g.stride_a = cs.m * cs.k, g.stride_b = cs.k * cs.n, g.stride_c = cs.m * cs.n;
+            gemm(g);
+            if (threads == 1) {
+              ref = c;
+            } else {
+              ASSERT_EQ(0, std::memcmp(ref.data(), c.data(), c.size() * sizeof(float)))
+                  << cpu_isa_name(isa) << " " << dtype_name(dt) << " m=" << cs.m << " n=" << cs.n
+                  << " k=" << cs.k << " batch=" << cs.batch << " trans=" << tr
+                  << " threads=" << threads;
+            }
+          }
+        }
+      }
+    }
+  }
+  set_num_threads(saved);
 }
 
 TEST(Gemm, BadInput) {

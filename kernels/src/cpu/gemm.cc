@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
+#include "braid/core/thread_pool.h"
 #include "braid/kernels/cpu.h"
 #include "gemm_impl.h"
 #include "isa_dispatch.h"
@@ -106,6 +107,50 @@ void epilogue(const float* acc, int64_t m, int64_t n, double alpha, double beta,
   }
 }
 
+// Note [GEMM threads]
+// gemm() spreads its work over the intra-op threads (core/thread_pool.h) only in ways that
+// leave every element of C computed exactly as on one thread, so the bits do not depend on
+// the thread count:
+//   - batch items, each whole, when there are at least as many items as threads;
+//   - otherwise column blocks of one item, when the core computes a column block exactly as
+//     the whole: the scalar reference (any block), and the packed AVX-512 kernel (its k
+//     blocking is fixed and every block stays at least kPackedMinDim wide, a multiple of its
+//     micro-tile, so each block is packed too). Eigen's blocking depends on the problem's
+//     sizes, so its problems (AVX2, f64, small f32) run on one thread.
+// Column blocks of B and C: B's columns are its rows when transposed.
+template <typename T>
+bool column_split_keeps_bits(const GemmCore<T>& c) {
+  const CpuIsa isa = cpu_dispatch_isa();
+  if (isa == CpuIsa::kScalar) return true;
+  if constexpr (std::is_same_v<T, float>) {
+    return isa >= CpuIsa::kAvx512 && uses_packed_f32(c.m, c.n, c.k);
+  }
+  return false;
+}
+
+template <typename T>
+void run_core(void (*fn)(const GemmCore<T>&), const GemmCore<T>& c) {
+  const int threads = get_num_threads();
+  if (threads <= 1 || !column_split_keeps_bits(c)) return fn(c);
+  // As many blocks as threads, each a multiple of kPackedNr and at least kPackedMinDim wide.
+  int64_t blocks = std::min<int64_t>(threads, c.n / kPackedMinDim);
+  int64_t width = 0;
+  for (; blocks > 1; --blocks) {
+    width = (c.n + blocks - 1) / blocks;
+    width = (width + kPackedNr - 1) / kPackedNr * kPackedNr;
+    if (c.n - (blocks - 1) * width >= kPackedMinDim) break;
+  }
+  if (blocks <= 1) return fn(c);
+  parallel_for(blocks, [&](int64_t i) {
+    GemmCore<T> part = c;
+    const int64_t j0 = i * width;
+    part.n = std::min(width, c.n - j0);
+    part.b = c.trans_b ? c.b + j0 * c.ldb : c.b + j0;
+    part.c = c.c + j0;
+    fn(part);
+  });
+}
+
 template <typename T>
 void gemm_native(const GemmArgs& g) {
   const auto fn = [] {
@@ -114,22 +159,26 @@ void gemm_native(const GemmArgs& g) {
     else
       return kGemmF64.get();
   }();
-  for (int64_t i = 0; i < g.batch; ++i) {
-    const GemmCore<T> core{g.trans_a == Trans::kYes,
-                           g.trans_b == Trans::kYes,
-                           g.m,
-                           g.n,
-                           g.k,
-                           static_cast<T>(g.alpha),
-                           static_cast<T>(g.beta),
-                           at<T>(g.a, i * g.stride_a),
-                           g.lda,
-                           at<T>(g.b, i * g.stride_b),
-                           g.ldb,
-                           static_cast<T*>(g.c) + i * g.stride_c,
-                           g.ldc};
-    fn(core);
+  const auto item = [&](int64_t i) {
+    return GemmCore<T>{g.trans_a == Trans::kYes,
+                       g.trans_b == Trans::kYes,
+                       g.m,
+                       g.n,
+                       g.k,
+                       static_cast<T>(g.alpha),
+                       static_cast<T>(g.beta),
+                       at<T>(g.a, i * g.stride_a),
+                       g.lda,
+                       at<T>(g.b, i * g.stride_b),
+                       g.ldb,
+                       static_cast<T*>(g.c) + i * g.stride_c,
+                       g.ldc};
+  };
+  if (g.batch > 1 && g.batch >= get_num_threads()) {
+    parallel_for(g.batch, [&](int64_t i) { fn(item(i)); });
+    return;
   }
+  for (int64_t i = 0; i < g.batch; ++i) run_core(fn, item(i));
 }
 
 template <typename In, typename C>
@@ -146,10 +195,11 @@ void gemm_widened(const GemmArgs& g) {
     widen(at<In>(g.b, i * g.stride_b), b_rows, b_cols, g.ldb, b.data());
     C* c = static_cast<C*>(g.c) + i * g.stride_c;
     if constexpr (std::is_same_v<C, float>) {
-      fn({ta, tb, g.m, g.n, g.k, static_cast<float>(g.alpha), static_cast<float>(g.beta), a.data(),
-          a_cols, b.data(), b_cols, c, g.ldc});
+      run_core(fn, {ta, tb, g.m, g.n, g.k, static_cast<float>(g.alpha), static_cast<float>(g.beta),
+                    a.data(), a_cols, b.data(), b_cols, c, g.ldc});
     } else {
-      fn({ta, tb, g.m, g.n, g.k, 1.0f, 0.0f, a.data(), a_cols, b.data(), b_cols, acc.data(), g.n});
+      run_core(fn, {ta, tb, g.m, g.n, g.k, 1.0f, 0.0f, a.data(), a_cols, b.data(), b_cols,
+                    acc.data(), g.n});
       epilogue(acc.data(), g.m, g.n, g.alpha, g.beta, c, g.ldc);
     }
   }

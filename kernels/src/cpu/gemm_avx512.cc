@@ -7,7 +7,7 @@ namespace braid::kernels::cpu::avx512 {
 
 // Below about 64 in any dimension packing costs more than it saves; Eigen serves those.
 void gemm_f32(const GemmCore<float>& g) {
-  if (g.m >= 64 && g.n >= 64 && g.k >= 64) return sgemm_packed(g);
+  if (uses_packed_f32(g.m, g.n, g.k)) return sgemm_packed(g);
   eigen_gemm(g);
 }
 void gemm_f64(const GemmCore<double>& g) {

@@ -30,6 +30,15 @@ using GemmF32Fn = void (*)(const GemmCore<float>&);
 [[noreturn]] void throw_gemm_out_of_memory(int64_t n);
 using GemmF64Fn = void (*)(const GemmCore<double>&);
 
+// The AVX-512 f32 core uses the packed micro-kernel at and above these sizes, Eigen below
+// (packing costs more than it saves there). Shared with gemm.cc's threading rule.
+constexpr int64_t kPackedMinDim = 64;
+inline bool uses_packed_f32(int64_t m, int64_t n, int64_t k) {
+  return m >= kPackedMinDim && n >= kPackedMinDim && k >= kPackedMinDim;
+}
+// Column blocks of the packed kernel's threading are multiples of its micro-tile width.
+constexpr int64_t kPackedNr = 32;
+
 namespace scalar {
 void gemm_f32(const GemmCore<float>& g);
 void gemm_f64(const GemmCore<double>& g);
