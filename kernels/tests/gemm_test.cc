@@ -138,9 +138,22 @@ void check_against_exact(const Problem& p, const std::vector<double>& got, doubl
 struct Size {
   int64_t m, n, k;
 };
-const Size kSizes[] = {{1, 1, 1},    {0, 3, 2},    {3, 0, 2},   {2, 3, 0},    {1, 7, 5},
-                       {7, 1, 9},    {5, 6, 1},    {17, 33, 9}, {33, 17, 65}, {64, 48, 64},
-                       {65, 31, 70}, {3, 129, 17}, {130, 7, 33}};
+const Size kSizes[] = {{1, 1, 1},
+                       {0, 3, 2},
+                       {3, 0, 2},
+                       {2, 3, 0},
+                       {1, 7, 5},
+                       {7, 1, 9},
+                       {5, 6, 1},
+                       {17, 33, 9},
+                       {33, 17, 65},
+                       {64, 48, 64},
+                       {65, 31, 70},
+                       {3, 129, 17},
+                       {130, 7, 33},
+                       // packed kernels (>= 64 everywhere): odd k, and k over two slices
+                       {96, 80, 131},
+                       {70, 100, 601}};
 const Trans kTrans[] = {Trans::kNo, Trans::kYes};
 
 std::string describe(const Problem& p, CpuIsa isa) {

@@ -128,10 +128,12 @@ bool column_split_keeps_bits(const GemmCore<T>& c) {
   return false;
 }
 
-template <typename T>
-void run_core(void (*fn)(const GemmCore<T>&), const GemmCore<T>& c) {
+// Runs one product, split into column blocks over the intra-op threads when `splittable`.
+// Core: GemmCore<T> or GemmCoreBf16 (the same members).
+template <typename Core>
+void run_split(void (*fn)(const Core&), const Core& c, bool splittable) {
   const int threads = get_num_threads();
-  if (threads <= 1 || !column_split_keeps_bits(c)) return fn(c);
+  if (threads <= 1 || !splittable) return fn(c);
   // As many blocks as threads, each a multiple of kPackedNr and at least kPackedMinDim wide.
   int64_t blocks = std::min<int64_t>(threads, c.n / kPackedMinDim);
   int64_t width = 0;
@@ -142,13 +144,18 @@ void run_core(void (*fn)(const GemmCore<T>&), const GemmCore<T>& c) {
   }
   if (blocks <= 1) return fn(c);
   parallel_for(blocks, [&](int64_t i) {
-    GemmCore<T> part = c;
+    Core part = c;
     const int64_t j0 = i * width;
     part.n = std::min(width, c.n - j0);
     part.b = c.trans_b ? c.b + j0 * c.ldb : c.b + j0;
     part.c = c.c + j0;
     fn(part);
   });
+}
+
+template <typename T>
+void run_core(void (*fn)(const GemmCore<T>&), const GemmCore<T>& c) {
+  run_split(fn, c, column_split_keeps_bits(c));
 }
 
 template <typename T>
@@ -186,9 +193,38 @@ void gemm_widened(const GemmArgs& g) {
   const bool ta = g.trans_a == Trans::kYes, tb = g.trans_b == Trans::kYes;
   const int64_t a_rows = ta ? g.k : g.m, a_cols = ta ? g.m : g.k;
   const int64_t b_rows = tb ? g.n : g.k, b_cols = tb ? g.k : g.n;
+  std::vector<float> acc(std::is_same_v<C, float> ? 0 : static_cast<size_t>(g.m * g.n));
+  if constexpr (std::is_same_v<In, bfloat16>) {
+    // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
+    // level (the reference) and smaller problems widen as below.
+    if (cpu_dispatch_isa() == CpuIsa::kAvx512Bf16 && uses_packed_f32(g.m, g.n, g.k)) {
+      for (int64_t i = 0; i < g.batch; ++i) {
+        C* c = static_cast<C*>(g.c) + i * g.stride_c;
+        GemmCoreBf16 core{ta,    tb,
+                          g.m,   g.n,
+                          g.k,   1.0f,
+                          0.0f,  at<uint16_t>(g.a, i * g.stride_a),
+                          g.lda, at<uint16_t>(g.b, i * g.stride_b),
+                          g.ldb, nullptr,
+                          0};
+        if constexpr (std::is_same_v<C, float>) {
+          core.alpha = static_cast<float>(g.alpha);
+          core.beta = static_cast<float>(g.beta);
+          core.c = c;
+          core.ldc = g.ldc;
+          run_split(avx512bf16::bf16gemm_packed, core, true);
+        } else {
+          core.c = acc.data();
+          core.ldc = g.n;
+          run_split(avx512bf16::bf16gemm_packed, core, true);
+          epilogue(acc.data(), g.m, g.n, g.alpha, g.beta, c, g.ldc);
+        }
+      }
+      return;
+    }
+  }
   std::vector<float> a(static_cast<size_t>(a_rows * a_cols)),
       b(static_cast<size_t>(b_rows * b_cols));
-  std::vector<float> acc(std::is_same_v<C, float> ? 0 : static_cast<size_t>(g.m * g.n));
   const GemmF32Fn fn = kGemmF32.get();
   for (int64_t i = 0; i < g.batch; ++i) {
     widen(at<In>(g.a, i * g.stride_a), a_rows, a_cols, g.lda, a.data());

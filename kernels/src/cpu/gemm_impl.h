@@ -54,4 +54,21 @@ void gemm_f64(const GemmCore<double>& g);
 void sgemm_packed(const GemmCore<float>& g);
 }  // namespace avx512
 
+// bf16 A and B (raw bits), f32 C: the AVX512_BF16 packed kernel (gemm_bf16_avx512bf16.cc),
+// used at that level where uses_packed_f32 holds.
+struct GemmCoreBf16 {
+  bool trans_a, trans_b;
+  int64_t m, n, k;
+  float alpha, beta;
+  const uint16_t* a;
+  int64_t lda;
+  const uint16_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+};
+namespace avx512bf16 {
+void bf16gemm_packed(const GemmCoreBf16& g);
+}  // namespace avx512bf16
+
 }  // namespace braid::kernels::cpu

@@ -1,0 +1,186 @@
+// A packed bf16 GEMM on AVX512_BF16's vdpbf16ps (bf16 A and B in, f32 accumulation and C),
+// for the sizes where the packed f32 kernel is used: the same Goto / BLIS loop nest as
+// gemm_packed_avx512.cc, but A and B are packed as bf16 k-pairs, so one vdpbf16ps does the
+// work of two FMAs and the inputs are never widened to f32 copies (half the bytes packed).
+//   A micro-panel, per k-pair q: kMr rows x (a[i, 2q], a[i, 2q + 1]), one 32-bit word a row.
+//   B micro-panel, per k-pair q: kNr columns x (b[2q, j], b[2q + 1, j]), two ZMM.
+// An odd k is padded with a zero pair element. vdpbf16ps adds both products of a pair to the
+// f32 accumulator (denormal inputs and outputs flushed to zero, round to nearest even); the
+// k order inside one C element is fixed (kc slices in order, pairs in order), so the result
+// does not depend on the thread or run. It differs from the widened f32 path (and the scalar
+// reference) by rounding only: docs/reductions-and-gemm.md, "GEMM".
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "gemm_impl.h"
+
+namespace braid::kernels::cpu::avx512bf16 {
+namespace {
+
+constexpr int64_t kMr = 12, kNr = 32;  // micro-tile: 12 rows x 2 ZMM of f32 accumulators
+constexpr int64_t kKc = 512, kMc = 144, kNc = 2048;  // kc: even, so pairs never straddle slices
+
+class Scratch {
+ public:
+  ~Scratch() { std::free(p_); }
+  uint16_t* get(int64_t n) {
+    if (n > cap_) {
+      std::free(p_);
+      cap_ = 0;
+      p_ = static_cast<uint16_t*>(
+          std::aligned_alloc(64, static_cast<size_t>((n * 2 + 63) / 64 * 64)));
+      if (p_ == nullptr) throw_gemm_out_of_memory(n / 2);
+      cap_ = n;
+    }
+    return p_;
+  }
+
+ private:
+  uint16_t* p_ = nullptr;
+  int64_t cap_ = 0;
+};
+thread_local Scratch t_apack, t_bpack;
+
+uint16_t a_at(const GemmCoreBf16& g, int64_t i, int64_t p) {
+  return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
+}
+uint16_t b_at(const GemmCoreBf16& g, int64_t p, int64_t j) {
+  return g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
+}
+
+// A rows [i0, i0 + mc) x k [p0, p0 + kc) (kc2 = kc rounded up to even): panel r holds, per
+// k-pair q, kMr rows of two bf16 each.
+void pack_a(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kc2,
+            uint16_t* dst) {
+  for (int64_t r = 0; r < mc; r += kMr) {
+    const int64_t rows = mc - r < kMr ? mc - r : kMr;
+    uint16_t* panel = dst + r * kc2;
+    for (int64_t q = 0; q < kc2 / 2; ++q) {
+      uint16_t* d = panel + q * 2 * kMr;
+      const int64_t p = p0 + 2 * q;
+      const bool odd_tail = 2 * q + 1 >= kc;
+      int64_t i = 0;
+      if (!g.trans_a && !odd_tail) {
+        for (; i < rows; ++i) std::memcpy(d + 2 * i, g.a + (i0 + r + i) * g.lda + p, 4);
+      } else {
+        for (; i < rows; ++i) {
+          d[2 * i] = a_at(g, i0 + r + i, p);
+          d[2 * i + 1] = odd_tail ? uint16_t(0) : a_at(g, i0 + r + i, p + 1);
+        }
+      }
+      for (; i < kMr; ++i) d[2 * i] = d[2 * i + 1] = 0;
+    }
+  }
+}
+
+// B k [p0, p0 + kc) x columns [j0, j0 + nc): panel c holds, per k-pair q, kNr columns of two
+// bf16 each (the pair interleaved, as vdpbf16ps reads it).
+void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t j0, int64_t nc,
+            uint16_t* dst) {
+  for (int64_t c = 0; c < nc; c += kNr) {
+    const int64_t cols = nc - c < kNr ? nc - c : kNr;
+    uint16_t* panel = dst + c * kc2;
+    for (int64_t q = 0; q < kc2 / 2; ++q) {
+      uint16_t* d = panel + q * 2 * kNr;
+      const int64_t p = p0 + 2 * q;
+      const bool odd_tail = 2 * q + 1 >= kc;
+      if (!g.trans_b && !odd_tail && cols == kNr) {
+        // Interleave two rows of 32 bf16 with 16-bit unpacks.
+        const __m512i r0 = _mm512_loadu_si512(g.b + p * g.ldb + j0 + c);
+        const __m512i r1 = _mm512_loadu_si512(g.b + (p + 1) * g.ldb + j0 + c);
+        const __m512i lo = _mm512_unpacklo_epi16(r0, r1);  // per 128-bit lane: cols 0-3 | 8-11 ...
+        const __m512i hi = _mm512_unpackhi_epi16(r0, r1);
+        // Lanes of lo: pairs of columns {0-3, 8-11, 16-19, 24-27}; of hi: {4-7, 12-15, ...}.
+        const __m512i first = _mm512_permutex2var_epi64(
+            lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);  // columns 0-15
+        const __m512i second = _mm512_permutex2var_epi64(
+            lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);  // columns 16-31
+        _mm512_store_si512(d, first);
+        _mm512_store_si512(d + 32, second);
+        continue;
+      }
+      int64_t j = 0;
+      for (; j < cols; ++j) {
+        d[2 * j] = b_at(g, p, j0 + c + j);
+        d[2 * j + 1] = odd_tail ? uint16_t(0) : b_at(g, p + 1, j0 + c + j);
+      }
+      for (; j < kNr; ++j) d[2 * j] = d[2 * j + 1] = 0;
+    }
+  }
+}
+
+// acc = A panel x B panel over kc2 / 2 pairs; then the C tile as in the f32 kernel: alpha acc
+// + beta C on the first k slice, C += alpha acc on later ones.
+void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
+                  int64_t rows, int64_t cols, float alpha, float beta, bool first) {
+  __m512 acc[kMr][2];
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t q = 0; q < pairs; ++q) {
+    const __m512i b0 = _mm512_load_si512(b + q * 2 * kNr);
+    const __m512i b1 = _mm512_load_si512(b + q * 2 * kNr + 32);
+    const uint16_t* ap = a + q * 2 * kMr;
+#pragma GCC unroll 12
+    for (int i = 0; i < kMr; ++i) {
+      int32_t word;
+      std::memcpy(&word, ap + 2 * i, 4);
+      const __m512i ai = _mm512_set1_epi32(word);
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)ai, (__m512bh)b0);
+      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)ai, (__m512bh)b1);
+    }
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const bool read_c = !first || beta != 0.0f;
+  const __m512 vc_scale = first ? vb : _mm512_set1_ps(1.0f);
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
+  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
+                       : cols <= 16 ? __mmask16(0)
+                                    : __mmask16((1u << (cols - 16)) - 1u);
+#pragma GCC unroll 12
+  for (int i = 0; i < kMr; ++i) {
+    if (i >= rows) break;
+    float* crow = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]);
+    __m512 r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (read_c) {
+      r0 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m0, crow), r0);
+      r1 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m1, crow + 16), r1);
+    }
+    _mm512_mask_storeu_ps(crow, m0, r0);
+    _mm512_mask_storeu_ps(crow + 16, m1, r1);
+  }
+}
+
+}  // namespace
+
+void bf16gemm_packed(const GemmCoreBf16& g) {
+  const int64_t nc_max = g.n < kNc ? (g.n + kNr - 1) / kNr * kNr : kNc;
+  const int64_t kc_max = g.k < kKc ? (g.k + 1) / 2 * 2 : kKc;
+  const int64_t mc_max = g.m < kMc ? (g.m + kMr - 1) / kMr * kMr : kMc;
+  uint16_t* const bpack = t_bpack.get(kc_max * nc_max);
+  uint16_t* const apack = t_apack.get(kc_max * mc_max);
+  for (int64_t j0 = 0; j0 < g.n; j0 += kNc) {
+    const int64_t nc = g.n - j0 < kNc ? g.n - j0 : kNc;
+    for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
+      const int64_t kc = g.k - p0 < kKc ? g.k - p0 : kKc;
+      const int64_t kc2 = (kc + 1) / 2 * 2;
+      pack_b(g, p0, kc, kc2, j0, nc, bpack);
+      for (int64_t i0 = 0; i0 < g.m; i0 += kMc) {
+        const int64_t mc = g.m - i0 < kMc ? g.m - i0 : kMc;
+        pack_a(g, i0, mc, p0, kc, kc2, apack);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          for (int64_t ir = 0; ir < mc; ir += kMr) {
+            micro_kernel(kc2 / 2, apack + ir * kc2, bpack + jr * kc2,
+                         g.c + (i0 + ir) * g.ldc + j0 + jr, g.ldc, mc - ir < kMr ? mc - ir : kMr,
+                         nc - jr < kNr ? nc - jr : kNr, g.alpha, g.beta, p0 == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace braid::kernels::cpu::avx512bf16
