@@ -27,7 +27,9 @@ APT_PACKAGES=(
 PIP_PACKAGES=(numpy safetensors ml_dtypes)
 # Extra Python packages for Debian's /usr/bin/python3 (the one with python3-torch) when the
 # python3 on PATH is a different interpreter (pyenv, venv).
-SYSTEM_PYTHON_PIP_PACKAGES=(safetensors)
+# transformers: the GPT interop test (tests/interop/gpt_transformers.py) and the goldens of
+# tests/reference/gen_torch_gpt.py; 4.40 is the newest line that supports Debian's torch 1.13.
+SYSTEM_PYTHON_PIP_PACKAGES=(safetensors "transformers==4.40.2")
 
 start=$(date +%s)
 log() { echo "[install_deps] $*"; }
@@ -58,7 +60,10 @@ fi
 import_name() {
   case "$1" in
     ml_dtypes) echo ml_dtypes ;;
-    *) echo "${1//-/_}" ;;
+    *)
+      local name=${1%%[=<>]*} # "transformers==4.40.2" imports as transformers
+      echo "${name//-/_}"
+      ;;
   esac
 }
 

@@ -138,4 +138,116 @@ struct GemmArgs {
 // only (docs/reductions-and-gemm.md, "GEMM").
 void gemm(const GemmArgs& args);
 
+// ---- layers (nn) ----------------------------------------------------------------------------
+// The fused kernels behind nn/'s layers and losses (docs/kernels.md, "Layer kernels"). Arrays
+// are contiguous, row-major [rows, d]. Unless a kernel says otherwise, `dtype` is f32 or f64
+// and every pointer has that dtype (the layers widen f16 / bf16 data to f32 first); other
+// dtypes throw kNotSupported. Per-row statistics and parameter gradients (column sums) are
+// accumulated in the dtype, rows in order 0, 1, ..., so results are the same bits on every run.
+// Null pointers are allowed only for the optional outputs / parameters named below.
+
+// LayerNorm over the last axis: per row mean = sum(x) / d, var = sum((x - mean)^2) / d (two
+// passes), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * w + b. w and b may be null
+// (1 and 0). mean and rstd (rows values each) are what the backward needs.
+void layer_norm_forward(DType dtype, int64_t rows, int64_t d, const void* x, const void* w,
+                        const void* b, double eps, void* y, void* mean, void* rstd);
+// With xhat = (x - mean) * rstd and g = dy * w:
+//   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
+//   dw[j] = sum_rows dy * xhat,  db[j] = sum_rows dy   (overwritten, not accumulated)
+// dx, dw, db may each be null (not wanted); w may be null (1).
+void layer_norm_backward(DType dtype, int64_t rows, int64_t d, const void* x, const void* w,
+                         const void* mean, const void* rstd, const void* dy, void* dx, void* dw,
+                         void* db);
+
+// RMSNorm (LLaMA): rstd = 1 / sqrt(sum(x^2) / d + eps), y = x * rstd * w (w may be null).
+void rms_norm_forward(DType dtype, int64_t rows, int64_t d, const void* x, const void* w,
+                      double eps, void* y, void* rstd);
+// With xhat = x * rstd, g = dy * w: dx = rstd * (g - xhat * mean_j(g * xhat)),
+// dw[j] = sum_rows dy * xhat (overwritten). dx, dw may be null; w may be null (1).
+void rms_norm_backward(DType dtype, int64_t rows, int64_t d, const void* x, const void* w,
+                       const void* rstd, const void* dy, void* dx, void* dw);
+
+// dx[i] = dy[i] * f'(x[i]) for n contiguous elements of `dtype` (f64, f32, f16, bf16; all
+// three arrays share it; dx may alias dy). relu: f' = (x > 0); gelu: Phi(x) + x phi(x);
+// gelu_tanh: the derivative of 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); silu:
+// s (1 + x (1 - s)), s = sigmoid(x). The scalar level computes in double and rounds once;
+// the SIMD levels compute f32 / f16 / bf16 in f32 with the vector math of unary() (error
+// bounds in docs/kernels.md).
+enum class ActivationGrad : uint8_t { kRelu, kGelu, kGeluTanh, kSilu };
+void activation_backward(ActivationGrad op, DType dtype, int64_t n, const void* x, const void* dy,
+                         void* dx);
+
+// out[i] = keep[i] ? x[i] * scale : 0 (dropout's forward and backward), n elements of `dtype`
+// (f64, f32, f16, bf16; f16 / bf16 computed in f32, scale rounded to f32). out may alias x.
+void masked_scale(DType dtype, int64_t n, const void* x, const uint8_t* keep, double scale,
+                  void* out);
+
+// Embedding lookup: out[i, :] = weight[ids[i], :] for n ids (i64 or i32, `id_dtype`); weight
+// [num, dim] and out of `dtype` (any dtype: rows are copied bytes). An id outside [0, num)
+// throws kOutOfRange naming it and its position (out may then be partly written).
+void embedding_forward(DType dtype, int64_t num, int64_t dim, const void* weight, DType id_dtype,
+                       const void* ids, int64_t n, void* out);
+// Ordered scatter-add: dweight[ids[i], :] += dy[i, :] for i = 0, 1, ..., n - 1 in that order
+// (f32 or f64). dweight is not cleared first. Ids are checked as in embedding_forward.
+void embedding_backward(DType dtype, int64_t num, int64_t dim, DType id_dtype, const void* ids,
+                        int64_t n, const void* dy, void* dweight);
+
+// Cross-entropy over the last axis of logits [rows, classes] (f64, f32, f16, bf16) with
+// class-index targets (`target_dtype` i64 or i32). Computed in f64 for f64 logits, else in
+// f32; loss and lse (rows values each) are in that compute dtype. Per row with target t:
+//   lse = max + log(sum_c exp(z_c - max)),
+//   loss = (1 - ls) (lse - z_t) + ls / C * (C lse - sum_c z_c)    (ls = label_smoothing,
+//   torch's formula). Rows whose target is ignore_index get loss 0 and lse 0. A target
+// outside [0, classes) that is not ignore_index throws kOutOfRange naming it and its row.
+void cross_entropy_forward(DType logits_dtype, int64_t rows, int64_t classes, const void* logits,
+                           DType target_dtype, const void* targets, int64_t ignore_index,
+                           double label_smoothing, void* loss, void* lse);
+// dlogits[r, c] = scale[r] * (exp(z_c - lse_r) - (1 - ls) [c == t_r] - ls / C), in the logits'
+// dtype; rows with an ignored target get 0. scale and lse are in the compute dtype (as the
+// forward's). dlogits may alias logits.
+void cross_entropy_backward(DType logits_dtype, int64_t rows, int64_t classes, const void* logits,
+                            DType target_dtype, const void* targets, int64_t ignore_index,
+                            double label_smoothing, const void* lse, const void* scale,
+                            void* dlogits);
+
+// ---- end of layers (nn) ---------------------------------------------------------------------
+
+// ---- attention ----------------------------------------------------------------------------
+// Causal multi-head self-attention core (GPT-2's, docs/nn.md "GPT"), fused per (batch, head):
+// scores only for the causal triangle, softmax rows in f32 (f64 for f64), no T x T tensor
+// kept between forward and backward (backward recomputes the scores block by block, with
+// the same code, so it sees the forward's probabilities bit for bit).
+//
+// Layouts are GPT-2's: qkv is [B, T, 3 * C] (C = n_head * head_dim), q | k | v, head h at
+// columns h * head_dim of each third (c_attn's output); out is [B, T, C] with the heads merged
+// (c_proj's input). For each (b, h):
+//   S = q k^T / sqrt(head_dim), S[i, j] = -inf for j > i;   P = softmax_rows(S)
+//   P' = dropout(P);   out = P' v
+// f16 / bf16 round where torch's autocast rounds (q k^T, the division, P cast to the value
+// dtype, P' v; in backward dP' = dout v^T, the softmax input gradient, its division and
+// dq) and compute everything else in f32.
+//
+// Dropout: element (b, h, i, j) is kept when word  w = ((b * n_head + h) * T + i) * T + j  of
+// the Philox stream (dropout_seed, dropout_offset) (docs/rng.md), as a uniform
+// (word >> 8) * 2^-24, is >= dropout_p; kept values are scaled by 1 / (1 - dropout_p). A
+// caller takes the B * n_head * T * T words from a Generator (offset += that count rounded up
+// to 4) and passes the same (seed, offset) to backward.
+//
+// Threads: the (b, h) pairs go to braid's intra-op threads (parallel_for,
+// core/thread_pool.h); each pair is computed by the same code on whichever thread takes it,
+// so the bits do not depend on the thread count. The scalar level (CpuIsa::kScalar) is the
+// reference: plain loops over whole rows; the SIMD levels run the blocked path (row blocks of
+// the triangle through a register-blocked f32 micro-kernel; gemm() for f64).
+struct AttentionArgs {
+  int64_t batch = 0, seq = 0, n_head = 0, head_dim = 0;
+  DType dtype = DType::kF32;  // qkv, out and their gradients: f64, f32, f16, bf16
+  double dropout_p = 0.0;     // in [0, 1); 0 applies no dropout
+  uint64_t dropout_seed = 0, dropout_offset = 0;  // offset a multiple of 4
+};
+// out[B, T, C] from qkv[B, T, 3C].
+void causal_attention_forward(const AttentionArgs& args, const void* qkv, void* out);
+// dqkv[B, T, 3C] (overwritten) from qkv and dout[B, T, C].
+void causal_attention_backward(const AttentionArgs& args, const void* qkv, const void* dout,
+                               void* dqkv);
+
 }  // namespace braid::kernels::cpu

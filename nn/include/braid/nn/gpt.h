@@ -1,0 +1,153 @@
+// A GPT with GPT-2's architecture and Hugging Face's GPT-2 parameter names and layout, so a
+// braid checkpoint loads into transformers' GPT2LMHeadModel and the reverse (docs/nn.md,
+// "GPT"):
+//   transformer.wte.weight [vocab, d]          transformer.wpe.weight [n_positions, d]
+//   transformer.h.{i}.ln_1.{weight,bias}       transformer.h.{i}.attn.c_attn.{weight [d, 3d], bias}
+//   transformer.h.{i}.attn.c_proj.{weight [d, d], bias}
+//   transformer.h.{i}.ln_2.{weight,bias}       transformer.h.{i}.mlp.c_fc.{weight [d, 4d], bias}
+//   transformer.h.{i}.mlp.c_proj.{weight [4d, d], bias}
+//   transformer.ln_f.{weight,bias}             lm_head.weight (tied to wte)
+// Linear weights use Conv1D's [in, out] layout (WeightLayout::kInOut), as GPT-2 stores them.
+//
+//   GPTConfig cfg{.vocab_size = 256, .n_positions = 256, .n_embd = 256, .n_layer = 4, .n_head = 4};
+//   auto gpt = std::make_shared<GPT>(cfg);  gpt->init_weights(gen);
+//   Tensor logits = gpt->forward(ids);      // ids [B, T] i64 -> logits [B, T, vocab]
+//   gpt->backward(ce.backward());
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "braid/core/rng.h"
+#include "braid/nn/layers.h"
+#include "braid/nn/loss.h"
+#include "braid/nn/module.h"
+
+namespace braid::nn {
+
+// The fields of transformers' GPT2Config that the model uses, with its defaults.
+struct GPTConfig {
+  int64_t vocab_size = 50257;
+  int64_t n_positions = 1024;
+  int64_t n_embd = 768;
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_inner = 0;  // 0: 4 * n_embd
+  double layer_norm_epsilon = 1e-5;
+  GeluApproximate activation = GeluApproximate::kTanh;  // "gelu_new"; kNone is "gelu"
+  double embd_pdrop = 0.1;
+  double attn_pdrop = 0.1;
+  double resid_pdrop = 0.1;
+  double initializer_range = 0.02;
+  bool activation_checkpointing = false;  // every block recomputes its forward in backward
+  DType dtype = DType::kF32;              // parameter storage
+
+  int64_t inner() const { return n_inner > 0 ? n_inner : 4 * n_embd; }
+  // Throws kInvalidArgument naming the field (n_embd % n_head, sizes > 0, p in [0, 1)).
+  void validate() const;
+  // transformers' config.json for GPT2LMHeadModel ("model_type": "gpt2", ...).
+  std::string to_hf_json() const;
+  // Reads the fields above from a transformers config.json (others are ignored).
+  static GPTConfig from_hf_json(const std::string& json_text);
+};
+
+// Causal multi-head self-attention: c_attn (d -> 3d), scores q k^T / sqrt(head_dim) with a
+// causal mask, softmax in f32, attention dropout, c_proj (d -> d), residual dropout.
+// [B, T, d] -> [B, T, d].
+class CausalSelfAttention : public Layer {
+ public:
+  explicit CausalSelfAttention(const GPTConfig& cfg);
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override;
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  int64_t n_head_, n_embd_;
+  std::shared_ptr<Linear> c_attn_, c_proj_;
+  std::shared_ptr<Dropout> attn_drop_, resid_drop_;
+};
+
+// c_fc (d -> inner), GELU, c_proj (inner -> d), dropout.
+class MLP : public Layer {
+ public:
+  explicit MLP(const GPTConfig& cfg);
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override;
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  std::shared_ptr<Sequential> seq_;
+};
+
+// x + attn(ln_1(x)), then + mlp(ln_2(.)). Type name "GPT2Block" (wrap policies match it).
+class Block : public Layer {
+ public:
+  explicit Block(const GPTConfig& cfg);
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override;
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<MLP> mlp_;
+};
+
+// ids [B, T] (i64 or i32, T <= n_positions) -> logits [B, T, vocab]. Type name
+// "GPT2LMHeadModel". backward(dlogits) fills every parameter's gradient and returns an
+// undefined Tensor.
+class GPT : public Layer {
+ public:
+  explicit GPT(const GPTConfig& cfg);
+  const GPTConfig& config() const { return cfg_; }
+
+  // GPT-2's initialization (transformers' _init_weights): Linear and Embedding weights
+  // N(0, initializer_range), biases 0, LayerNorm 1 / 0, and every c_proj weight
+  // N(0, initializer_range / sqrt(2 n_layer)); drawn from `gen` in named_parameters() order.
+  void init_weights(Generator& gen);
+
+  Block& block(int64_t i);
+  int64_t num_blocks() const { return cfg_.n_layer; }
+
+  // Appends max_new_tokens tokens to ids [1, T] (cropping the context to n_positions),
+  // sampling from softmax(logits / temperature) restricted to the top_k tokens (0: all) with
+  // `gen`; temperature 0 takes the argmax. Runs under NoGradGuard in eval mode and restores
+  // the training mode afterwards. Returns [1, T + max_new_tokens] i64.
+  Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature, int64_t top_k,
+                  Generator& gen);
+
+ protected:
+  Tensor forward_impl(const Tensor& ids) override;
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  GPTConfig cfg_;
+  std::shared_ptr<Embedding> wte_, wpe_;
+  std::shared_ptr<Dropout> drop_;
+  std::shared_ptr<ModuleList> h_;
+  std::shared_ptr<LayerNorm> ln_f_;
+  std::shared_ptr<Module> lm_head_;
+};
+
+// ---- Hugging Face folders (save_pretrained / from_pretrained) ----------------------------------
+
+// Writes config.json (GPTConfig::to_hf_json) and the weights as model.safetensors, or split
+// into model-0000i-of-0000N.safetensors + model.safetensors.index.json when they exceed
+// max_shard_size (transformers' "5GB" default). Tied duplicates are left out (lm_head.weight),
+// as save_pretrained does, and every file carries the {"format": "pt"} metadata transformers
+// requires. Atomic per file (docs/files.md). GPT2LMHeadModel.from_pretrained(folder) reads it.
+void save_pretrained(const GPT& model, const std::filesystem::path& folder,
+                     std::string_view max_shard_size = "5GB");
+// Builds a GPT from a folder written by save_pretrained or by transformers (config.json plus
+// model.safetensors or its index; transformers' non-persistent attn.bias / attn.masked_bias
+// buffers are ignored if present, anything else unexpected is an error naming it).
+std::shared_ptr<GPT> from_pretrained(const std::filesystem::path& folder,
+                                     DType dtype = DType::kF32);
+
+}  // namespace braid::nn

@@ -1,0 +1,68 @@
+// Embedding: a row gather (kernels::cpu::embedding_forward) and, in backward, an ordered
+// scatter-add into a dense gradient of the table (embedding_backward), as torch's dense
+// embedding backward. Saves the ids.
+#include "braid/kernels/cpu.h"
+#include "braid/nn/layers.h"
+#include "layer_util.h"
+
+namespace braid::nn {
+namespace {
+
+namespace kc = braid::kernels::cpu;
+
+struct EmbeddingCtx {
+  Tensor ids;  // contiguous, i64 or i32
+};
+
+}  // namespace
+
+Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype, Generator* gen)
+    : Layer("Embedding"), num_(num_embeddings), dim_(dim) {
+  BRAID_CHECK(num_embeddings > 0 && dim > 0, kInvalidArgument, "Embedding: num_embeddings (",
+              num_embeddings, ") and dim (", dim, ") must be positive");
+  BRAID_CHECK(detail::is_float_dtype(dtype), kInvalidArgument,
+              "Embedding: parameter dtype must be floating, got ", dtype);
+  register_parameter(
+      "weight",
+      Parameter(Tensor::randn({num_embeddings, dim}, detail::f32_or_f64(dtype), gen).to(dtype)));
+}
+
+Tensor Embedding::forward_impl(const Tensor& ids) {
+  BRAID_CHECK(ids.defined(), kInvalidArgument, "Embedding: ids are undefined");
+  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument,
+              "Embedding: ids must be i64 or i32, got dtype ", ids.dtype());
+  const Tensor idc = ids.contiguous();
+  const int64_t n = idc.numel();
+  // Checked here for the layer's message; the kernel checks again.
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
+    BRAID_CHECK(id >= 0 && id < num_, kOutOfRange, "Embedding: id ", id, " at position ", i,
+                " of ids ", shape_str(ids.shape()), " is outside [0, num_embeddings ", num_, ")");
+  }
+  const Tensor w = param("weight").data().contiguous();
+  Shape out_shape = ids.shape();
+  out_shape.push_back(dim_);
+  Tensor out = Tensor::empty(out_shape, w.dtype());
+  kc::embedding_forward(w.dtype(), num_, dim_, w.data_ptr(), idc.dtype(), idc.data_ptr(), n,
+                        out.data_ptr());
+  save_for_backward(EmbeddingCtx{idc});
+  return out;
+}
+
+Tensor Embedding::backward_impl(const Tensor& grad_output) {
+  EmbeddingCtx ctx = pop_saved<EmbeddingCtx>();
+  Shape out_shape = ctx.ids.shape();
+  out_shape.push_back(dim_);
+  detail::check_grad_shape("Embedding", grad_output, out_shape);
+  const Parameter& weight = param("weight");
+  if (!weight.requires_grad()) return {};
+  const DType acc = detail::f32_or_f64(weight.data().dtype());
+  const Tensor dy = grad_output.to(acc).contiguous();
+  Tensor dw = Tensor::zeros({num_, dim_}, acc);
+  kc::embedding_backward(acc, num_, dim_, ctx.ids.dtype(), ctx.ids.data_ptr(), ctx.ids.numel(),
+                         dy.data_ptr(), dw.data_ptr());
+  accumulate_grad(weight, dw);
+  return {};
+}
+
+}  // namespace braid::nn

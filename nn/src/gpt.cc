@@ -1,0 +1,319 @@
+// GPT-2 (transformers' GPT2LMHeadModel) with hand-written backward: MLP, Block, the model with
+// its tied language-model head, GPT-2's initialization and sampling (docs/nn.md, "GPT").
+// The attention is in attention.cc, the config in gpt_config.cc.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "braid/amp/autocast.h"
+#include "braid/kernels/cpu.h"
+#include "braid/nn/gpt.h"
+
+namespace braid::nn {
+namespace {
+
+namespace kc = braid::kernels::cpu;
+
+// Residual sums keep the stream's dtype (f32 under autocast, as torch promotes bf16 + f32).
+Tensor add_as(const Tensor& a, const Tensor& b) {
+  return add(a, b.dtype() == a.dtype() ? b : b.to(a.dtype()));
+}
+
+struct BlockCtx {
+  DType attn_out, mlp_out;  // dtypes of the two branches' outputs
+};
+
+struct HeadCtx {
+  Tensor h;  // ln_f's output [B * T, d] in the head's compute dtype, contiguous
+  Shape h_shape;
+  DType h_dtype;  // ln_f's output dtype (the gradient goes back in it)
+  DType compute;
+  int64_t batch, seq;
+};
+
+}  // namespace
+
+// ---- MLP -----------------------------------------------------------------------------------
+
+MLP::MLP(const GPTConfig& cfg) : Layer("GPT2MLP") {
+  cfg.validate();
+  auto c_fc = std::make_shared<Linear>(cfg.n_embd, cfg.inner(), Bias::kYes, WeightLayout::kInOut,
+                                       cfg.dtype);
+  auto act = std::make_shared<Gelu>(cfg.activation);
+  auto c_proj = std::make_shared<Linear>(cfg.inner(), cfg.n_embd, Bias::kYes, WeightLayout::kInOut,
+                                         cfg.dtype);
+  auto dropout = std::make_shared<Dropout>(cfg.resid_pdrop);
+  // The layers are this module's children (transformers' names mlp.c_fc, ...); seq_ only runs
+  // them in order and is not registered, so it adds no level to the names.
+  seq_ = std::make_shared<Sequential>();
+  register_module("c_fc", c_fc);
+  register_module("c_proj", c_proj);
+  register_module("act", act);
+  register_module("dropout", dropout);
+  seq_->append("c_fc", c_fc);
+  seq_->append("act", act);
+  seq_->append("c_proj", c_proj);
+  seq_->append("dropout", dropout);
+}
+
+Tensor MLP::forward_impl(const Tensor& x) {
+  return seq_->forward(x);
+}
+
+Tensor MLP::backward_impl(const Tensor& grad_output) {
+  return seq_->backward(grad_output);
+}
+
+// ---- Block ---------------------------------------------------------------------------------
+
+Block::Block(const GPTConfig& cfg) : Layer("GPT2Block") {
+  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
+                                                              Bias::kYes, cfg.dtype));
+  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
+  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
+                                                              Bias::kYes, cfg.dtype));
+  mlp_ = register_module("mlp", std::make_shared<MLP>(cfg));
+}
+
+Tensor Block::forward_impl(const Tensor& x) {
+  const Tensor a = attn_->forward(ln_1_->forward(x));
+  const Tensor h = add_as(x, a);
+  const Tensor m = mlp_->forward(ln_2_->forward(h));
+  save_for_backward(BlockCtx{a.dtype(), m.dtype()});
+  return add_as(h, m);
+}
+
+Tensor Block::backward_impl(const Tensor& grad_output) {
+  const BlockCtx ctx = pop_saved<BlockCtx>();
+  // out = h + mlp(ln_2(h)); h = x + attn(ln_1(x)).
+  const Tensor dh =
+      add_as(grad_output, ln_2_->backward(mlp_->backward(grad_output.to(ctx.mlp_out))));
+  return add_as(dh, ln_1_->backward(attn_->backward(dh.to(ctx.attn_out))));
+}
+
+// ---- GPT -----------------------------------------------------------------------------------
+
+GPT::GPT(const GPTConfig& cfg) : Layer("GPT2LMHeadModel"), cfg_(cfg) {
+  cfg_.validate();
+  auto transformer = register_module("transformer", std::make_shared<Module>("GPT2Model"));
+  wte_ = transformer->register_module(
+      "wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, cfg.dtype));
+  wpe_ = transformer->register_module(
+      "wpe", std::make_shared<Embedding>(cfg.n_positions, cfg.n_embd, cfg.dtype));
+  drop_ = transformer->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
+  h_ = transformer->register_module("h", std::make_shared<ModuleList>());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    auto block = std::make_shared<Block>(cfg);
+    block->set_checkpointing(cfg.activation_checkpointing);
+    h_->push_back(block);
+  }
+  ln_f_ = transformer->register_module(
+      "ln_f",
+      std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon, Bias::kYes, cfg.dtype));
+  // The head's weight is wte's Parameter handle: one tensor, one gradient (tied).
+  lm_head_ = register_module("lm_head", std::make_shared<Module>("Linear"));
+  lm_head_->register_parameter("weight", wte_->weight());
+}
+
+Block& GPT::block(int64_t i) {
+  BRAID_CHECK(i >= 0 && i < cfg_.n_layer, kOutOfRange, "GPT::block: index ", i,
+              " is outside [0, n_layer ", cfg_.n_layer, ")");
+  return h_->at<Block>(static_cast<size_t>(i));
+}
+
+void GPT::init_weights(Generator& gen) {
+  const double std_proj =
+      cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  const auto ends_with = [](const std::string& s, std::string_view tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (auto& [name, p] : named_parameters()) {
+    Tensor& data = p.data();
+    const bool is_norm = name.find(".ln_") != std::string::npos;
+    if (ends_with(name, ".bias")) {
+      data.zero_();
+    } else if (is_norm) {
+      data.fill_(1);  // LayerNorm weight
+    } else {
+      const double std = ends_with(name, "c_proj.weight") ? std_proj : cfg_.initializer_range;
+      const DType draw = data.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+      data.copy_(scale(Tensor::randn(data.shape(), draw, &gen), std));
+    }
+  }
+}
+
+Tensor GPT::forward_impl(const Tensor& ids) {
+  BRAID_CHECK(ids.defined(), kInvalidArgument, "GPT: ids are undefined");
+  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument,
+              "GPT: ids must be i64 or i32 token ids, got dtype ", ids.dtype());
+  BRAID_CHECK(ids.dim() == 2, kInvalidArgument, "GPT: ids must be [batch, seq], got shape ",
+              shape_str(ids.shape()));
+  const int64_t batch = ids.size(0), seq = ids.size(1);
+  BRAID_CHECK(seq <= cfg_.n_positions, kInvalidArgument, "GPT: sequence length ", seq,
+              " exceeds n_positions ", cfg_.n_positions);
+  const Tensor idc = ids.contiguous();
+  for (int64_t i = 0; i < idc.numel(); ++i) {
+    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
+    BRAID_CHECK(id >= 0 && id < cfg_.vocab_size, kOutOfRange, "GPT: token id ", id, " at [",
+                i / std::max<int64_t>(seq, 1), ", ", i % std::max<int64_t>(seq, 1),
+                "] is outside [0, vocab_size ", cfg_.vocab_size, ")");
+  }
+  const Tensor tok = wte_->forward(idc);                  // [B, T, d]
+  const Tensor pos = wpe_->forward(Tensor::arange(seq));  // [T, d]
+  Tensor h = drop_->forward(add(tok, pos));
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) h = block(i).forward(h);
+  h = ln_f_->forward(h);
+
+  // logits = h wte^T in autocast's matmul dtype.
+  const DType compute = amp::autocast_dtype(amp::OpCategory::kMatmul, h.dtype());
+  Tensor w = amp::autocast_cast(wte_->weight().data(), amp::OpCategory::kMatmul);
+  if (w.dtype() != compute) w = w.to(compute);
+  w = w.contiguous();
+  const int64_t rows = batch * seq, d = cfg_.n_embd, v = cfg_.vocab_size;
+  const Tensor hc = h.to(compute).contiguous().view({rows, d});
+  Tensor logits = Tensor::empty({batch, seq, v}, compute);
+  if (rows > 0) {
+    kc::GemmArgs g;
+    g.trans_b = kc::Trans::kYes;
+    g.m = rows;
+    g.n = v;
+    g.k = d;
+    g.a = hc.data_ptr();
+    g.lda = d;
+    g.b = w.data_ptr();
+    g.ldb = d;
+    g.c = logits.data_ptr();
+    g.ldc = v;
+    g.ab_dtype = g.c_dtype = compute;
+    kc::gemm(g);
+  }
+  save_for_backward(HeadCtx{hc, h.shape(), h.dtype(), compute, batch, seq});
+  return logits;
+}
+
+Tensor GPT::backward_impl(const Tensor& grad_output) {
+  HeadCtx ctx = pop_saved<HeadCtx>();
+  const int64_t rows = ctx.batch * ctx.seq, d = cfg_.n_embd, v = cfg_.vocab_size;
+  BRAID_CHECK(grad_output.defined() && grad_output.shape() == Shape({ctx.batch, ctx.seq, v}),
+              kInvalidArgument, "GPT: gradient of the logits must be [", ctx.batch, ", ", ctx.seq,
+              ", ", v, "], got ",
+              grad_output.defined() ? shape_str(grad_output.shape()) : std::string("undefined"));
+  const DType compute = ctx.compute;
+  const Tensor dl = grad_output.to(compute).contiguous();
+  Parameter& weight = wte_->weight();
+  const Tensor w = weight.data().to(compute).contiguous();
+
+  // The head: d wte += dl^T h (accumulated in f32 for 16-bit data); dh = dl wte.
+  if (weight.requires_grad()) {
+    Tensor dw = Tensor::zeros({v, d}, compute == DType::kF64 ? DType::kF64 : DType::kF32);
+    if (rows > 0) {
+      kc::GemmArgs g;
+      g.trans_a = kc::Trans::kYes;
+      g.m = v;
+      g.n = d;
+      g.k = rows;
+      g.a = dl.data_ptr();
+      g.lda = v;
+      g.b = ctx.h.data_ptr();
+      g.ldb = d;
+      g.c = dw.data_ptr();
+      g.ldc = d;
+      g.ab_dtype = compute;
+      g.c_dtype = dw.dtype();
+      kc::gemm(g);
+    }
+    accumulate_grad(weight, dw);
+  }
+  Tensor dh = Tensor::empty({rows, d}, compute);
+  if (rows > 0) {
+    kc::GemmArgs g;
+    g.m = rows;
+    g.n = d;
+    g.k = v;
+    g.a = dl.data_ptr();
+    g.lda = v;
+    g.b = w.data_ptr();
+    g.ldb = d;
+    g.c = dh.data_ptr();
+    g.ldc = d;
+    g.ab_dtype = g.c_dtype = compute;
+    kc::gemm(g);
+  }
+  Tensor g = ln_f_->backward(dh.view(ctx.h_shape).to(ctx.h_dtype));
+  for (int64_t i = cfg_.n_layer - 1; i >= 0; --i) g = block(i).backward(g);
+  g = drop_->backward(g);
+  // tok + pos broadcast pos over the batch: its gradient is the sum over the batch.
+  wpe_->backward(sum(g, 0));
+  wte_->backward(g);
+  return {};
+}
+
+Tensor GPT::generate(const Tensor& ids, int64_t max_new_tokens, double temperature, int64_t top_k,
+                     Generator& gen) {
+  BRAID_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == 1, kInvalidArgument,
+              "GPT::generate: ids must be [1, T], got ",
+              ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
+  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument,
+              "GPT::generate: ids must be i64 or i32, got dtype ", ids.dtype());
+  BRAID_CHECK(ids.size(1) > 0, kInvalidArgument, "GPT::generate: ids must hold at least one token");
+  BRAID_CHECK(max_new_tokens >= 0, kInvalidArgument,
+              "GPT::generate: max_new_tokens = ", max_new_tokens, " must be >= 0");
+  BRAID_CHECK(temperature >= 0.0 && std::isfinite(temperature), kInvalidArgument,
+              "GPT::generate: temperature = ", temperature, " must be finite and >= 0");
+  BRAID_CHECK(top_k >= 0, kInvalidArgument, "GPT::generate: top_k = ", top_k, " must be >= 0");
+  const bool was_training = is_training();
+  eval();
+  struct RestoreMode {
+    GPT* self;
+    bool training;
+    ~RestoreMode() { self->train(training); }
+  } restore{this, was_training};
+  NoGradGuard no_grad;
+
+  std::vector<double> tokens = ids.to_vector();
+  const int64_t v = cfg_.vocab_size;
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    const auto len = static_cast<int64_t>(tokens.size());
+    const int64_t ctx_len = std::min(len, cfg_.n_positions);
+    const std::vector<double> window(tokens.end() - ctx_len, tokens.end());
+    const Tensor logits = forward(Tensor::from_vector(window, {1, ctx_len}, DType::kI64));
+    std::vector<double> last = logits.select(1, ctx_len - 1).to_vector();  // [V] as double
+    int64_t next = 0;
+    if (temperature == 0.0) {
+      next = std::max_element(last.begin(), last.end()) - last.begin();  // first maximum
+    } else {
+      for (double& x : last) x /= temperature;
+      if (top_k > 0 && top_k < v) {
+        // Keep the top_k largest logits (ties with the k-th kept, as torch's
+        // logits < topk(...)[-1] masking).
+        std::vector<double> sorted = last;
+        std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
+                         std::greater<double>());
+        const double kth = sorted[static_cast<size_t>(top_k - 1)];
+        for (double& x : last) {
+          if (x < kth) x = -std::numeric_limits<double>::infinity();
+        }
+      }
+      const double m = *std::max_element(last.begin(), last.end());
+      double total = 0;
+      for (double& x : last) total += (x = std::exp(x - m));
+      // Inverse CDF of one uniform draw, in index order.
+      const double u = gen.uniform_double() * total;
+      double acc = 0;
+      next = v - 1;
+      for (int64_t i = 0; i < v; ++i) {
+        acc += last[static_cast<size_t>(i)];
+        if (u < acc) {
+          next = i;
+          break;
+        }
+      }
+      while (last[static_cast<size_t>(next)] == 0.0 && next > 0) --next;  // never a masked id
+    }
+    tokens.push_back(static_cast<double>(next));
+  }
+  return Tensor::from_vector(tokens, {1, static_cast<int64_t>(tokens.size())}, DType::kI64);
+}
+
+}  // namespace braid::nn

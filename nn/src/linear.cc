@@ -1,0 +1,169 @@
+// Linear: y = x W^T + b through kernels::cpu::gemm with transpose flags (no transposed
+// copies), in autocast's matmul dtype. Saves the input (in the compute dtype) for backward;
+// the weight is read again in backward, so a sharded parameter can be freed in between
+// (docs/nn.md, "Layers and losses").
+#include <cmath>
+
+#include "braid/amp/autocast.h"
+#include "braid/kernels/cpu.h"
+#include "braid/nn/layers.h"
+#include "layer_util.h"
+
+namespace braid::nn {
+namespace {
+
+namespace kc = braid::kernels::cpu;
+
+struct LinearCtx {
+  Tensor x;        // [rows, in], compute dtype, contiguous
+  Shape in_shape;  // the input's shape
+  DType in_dtype;  // the input's dtype (dx is returned in it)
+  DType compute;   // the matmul dtype chosen in forward
+};
+
+// The weight (or bias) in the compute dtype, contiguous; cached by autocast when it applies.
+Tensor param_in(const Tensor& p, DType compute) {
+  Tensor t = amp::autocast_cast(p, amp::OpCategory::kMatmul);
+  if (t.dtype() != compute) t = t.to(compute);
+  return t.contiguous();
+}
+
+}  // namespace
+
+Linear::Linear(int64_t in_features, int64_t out_features, Bias bias, WeightLayout layout,
+               DType dtype, Generator* gen)
+    : Layer("Linear"),
+      in_(in_features),
+      out_(out_features),
+      has_bias_(bias == Bias::kYes),
+      layout_(layout) {
+  BRAID_CHECK(in_features > 0 && out_features > 0, kInvalidArgument, "Linear: in_features (",
+              in_features, ") and out_features (", out_features, ") must be positive");
+  BRAID_CHECK(detail::is_float_dtype(dtype), kInvalidArgument,
+              "Linear: parameter dtype must be floating, got ", dtype);
+  // torch.nn.Linear: kaiming_uniform_(a = sqrt(5)) gives U(-1/sqrt(in), 1/sqrt(in)), the bias
+  // the same bound. Drawn in f64 for f64, else f32, then converted.
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  const DType draw = detail::f32_or_f64(dtype);
+  const Shape wshape = layout == WeightLayout::kOutIn ? Shape{out_features, in_features}
+                                                      : Shape{in_features, out_features};
+  auto uniform = [&](const Shape& shape) {
+    return add(scale(Tensor::rand(shape, draw, gen), 2.0 * bound), Scalar(-bound)).to(dtype);
+  };
+  register_parameter("weight", Parameter(uniform(wshape)));
+  if (has_bias_) register_parameter("bias", Parameter(uniform({out_features})));
+}
+
+Tensor Linear::forward_impl(const Tensor& x) {
+  detail::check_float_input("Linear", "input", x);
+  detail::check_last_dim("Linear", x, in_, "in_features");
+  const DType compute = amp::autocast_dtype(amp::OpCategory::kMatmul, x.dtype());
+  const Tensor xc = x.to(compute).contiguous();
+  const Tensor w = param_in(param("weight").data(), compute);
+  const int64_t rows = detail::leading_rows(x);
+  Shape out_shape = x.shape();
+  out_shape.back() = out_;
+  Tensor y = Tensor::empty(out_shape, compute);
+
+  kc::GemmArgs g;
+  g.m = rows;
+  g.n = out_;
+  g.k = in_;
+  g.a = xc.data_ptr();
+  g.lda = in_;
+  g.b = w.data_ptr();
+  if (layout_ == WeightLayout::kOutIn) {
+    g.trans_b = kc::Trans::kYes;  // W [out, in]
+    g.ldb = in_;
+  } else {
+    g.ldb = out_;  // W [in, out]
+  }
+  g.c = y.data_ptr();
+  g.ldc = out_;
+  g.ab_dtype = g.c_dtype = compute;
+  if (has_bias_ && rows > 0) {
+    // C starts as the bias in every row and the product is added to it (beta = 1).
+    y.view({rows, out_}).copy_(param_in(param("bias").data(), compute).expand({rows, out_}));
+    g.beta = 1.0;
+  }
+  if (rows > 0) kc::gemm(g);
+  save_for_backward(LinearCtx{xc.view({rows, in_}), x.shape(), x.dtype(), compute});
+  return y;
+}
+
+Tensor Linear::backward_impl(const Tensor& grad_output) {
+  LinearCtx ctx = pop_saved<LinearCtx>();
+  Shape out_shape = ctx.in_shape;
+  out_shape.back() = out_;
+  detail::check_grad_shape("Linear", grad_output, out_shape);
+  const DType compute = ctx.compute;
+  const int64_t rows = ctx.x.size(0);
+  const Tensor dy = grad_output.to(compute).contiguous();
+  const Tensor w = param("weight").data().to(compute).contiguous();
+  const DType acc = detail::grad_accum_dtype(compute);
+
+  // dx = dy W (kOutIn) or dy W^T (kInOut).
+  Tensor dx = Tensor::empty(ctx.in_shape, compute);
+  if (rows > 0) {
+    kc::GemmArgs g;
+    g.m = rows;
+    g.n = in_;
+    g.k = out_;
+    g.a = dy.data_ptr();
+    g.lda = out_;
+    g.b = w.data_ptr();
+    if (layout_ == WeightLayout::kOutIn) {
+      g.ldb = in_;
+    } else {
+      g.trans_b = kc::Trans::kYes;
+      g.ldb = out_;
+    }
+    g.c = dx.data_ptr();
+    g.ldc = in_;
+    g.ab_dtype = g.c_dtype = compute;
+    kc::gemm(g);
+  }
+
+  const Parameter& weight = param("weight");
+  if (weight.requires_grad()) {
+    // dW = dy^T x ([out, in]) or x^T dy ([in, out]), accumulated in f32 for 16-bit data.
+    Tensor dw = Tensor::zeros(weight.data().shape(), acc);
+    if (rows > 0) {
+      kc::GemmArgs g;
+      g.trans_a = kc::Trans::kYes;
+      g.k = rows;
+      if (layout_ == WeightLayout::kOutIn) {
+        g.m = out_;
+        g.n = in_;
+        g.a = dy.data_ptr();
+        g.lda = out_;
+        g.b = ctx.x.data_ptr();
+        g.ldb = in_;
+      } else {
+        g.m = in_;
+        g.n = out_;
+        g.a = ctx.x.data_ptr();
+        g.lda = in_;
+        g.b = dy.data_ptr();
+        g.ldb = out_;
+      }
+      g.c = dw.data_ptr();
+      g.ldc = g.n;
+      g.ab_dtype = compute;
+      g.c_dtype = acc;
+      kc::gemm(g);
+    }
+    accumulate_grad(weight, dw);
+  }
+  if (has_bias_ && param("bias").requires_grad()) {
+    // db = column sums of dy, rows in order (reduce's fixed order).
+    Tensor db = Tensor::zeros({out_}, acc);
+    if (rows > 0) {
+      kc::reduce(kc::ReduceOp::kSum, compute, 1, rows, out_, dy.data_ptr(), acc, db.data_ptr());
+    }
+    accumulate_grad(param("bias"), db);
+  }
+  return dx.to(ctx.in_dtype);
+}
+
+}  // namespace braid::nn
