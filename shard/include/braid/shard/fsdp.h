@@ -1,0 +1,117 @@
+// ZeRO stages 0-3 over units (docs/sharding.md): a model whose parameters are grouped into
+// units and, from stage 1 on, whose optimizer state, gradients and parameters are split over
+// the ranks of a ProcessGroup. One step:
+//
+//   ShardedModel sm(gpt, pg, {.stage = ZeroStage::k3, .wrap = policy});
+//   nn::AdamW opt(sm.optimizer_parameters(), {.lr = 3e-4});
+//   for (int64_t j = 0; j < rounds; ++j) {           // micro-batch m = j * world + rank
+//     Tensor logits = sm.forward(ids[m]);
+//     ce.forward(logits, labels[m]);
+//     sm.backward(ce.backward());                    // folds each unit's gradient as it ends
+//   }
+//   sm.finish_gradients(1.0 / (rounds * world));     // mean over the global batch
+//   opt.step();
+//   sm.after_step();                                 // stages 1-2: gather the new parameters
+//
+// Note [Deterministic reduction]: the global gradient is the left fold g_0 + g_1 + ... +
+// g_{G-1} over the G micro-batches of the global batch in index order, in f32, then scaled
+// once. Rank r runs micro-batches r, r + W, r + 2W, ...; in round j the ranks hold
+// g_{jW} .. g_{jW+W-1}, and as each unit's backward ends an all_to_all hands every rank the W
+// contributions to its shard, which it folds in rank order into its accumulator. So the fold
+// order is the same for every world size W dividing G, and so are the bits: the same as one
+// process adding the G micro-batch gradients in order (plain gradient accumulation), for every
+// stage (docs/sharding.md has the proof and the cost).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/comm/process_group.h"
+#include "braid/nn/module.h"
+#include "braid/shard/units.h"
+#include "braid/tensor/safetensors.h"
+
+namespace braid::shard {
+
+// DeepSpeed's zero_stage: what is split over the ranks.
+enum class ZeroStage : uint8_t {
+  k0 = 0,  // nothing (DDP): every rank holds everything and steps the whole model
+  k1 = 1,  // optimizer state: each rank steps its shard, then the parameters are gathered
+  k2 = 2,  // + gradients: only the shard's reduced gradient is kept
+  k3 = 3   // + parameters: a unit's full parameters exist only around its forward / backward
+};
+ZeroStage zero_stage_from_int(int64_t stage);  // kInvalidArgument unless 0..3
+
+struct ShardingOptions {
+  ZeroStage stage = ZeroStage::k3;
+  WrapPolicy wrap;
+  // Stage 3: free a unit's full parameters after its forward and gather them again for its
+  // backward (FSDP's FULL_SHARD / reshard_after_forward=True), or keep them from the forward
+  // to the end of the backward (SHARD_GRAD_OP).
+  bool reshard_after_forward = true;
+  // Copy rank 0's parameter values to every rank at construction (sync_module_states).
+  bool sync_module_states = true;
+};
+
+class ShardedModel {
+ public:
+  // Takes over the parameters of `model` (every rank passes the same structure). Parameters
+  // must be f32 (mixed precision computes in autocast's dtype). From stage 1 on, each unit's
+  // parameters become views into one flat buffer per unit; at stage 3 that buffer exists only
+  // while the unit is gathered, and the parameters' data() is undefined otherwise.
+  ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
+               ShardingOptions options = {});
+  ~ShardedModel();
+  ShardedModel(const ShardedModel&) = delete;
+  ShardedModel& operator=(const ShardedModel&) = delete;
+
+  nn::Layer& module() { return *model_; }
+  const std::vector<Unit>& units() const { return units_; }
+  const ShardingOptions& options() const { return options_; }
+  int rank() const;
+  int world_size() const;
+
+  // One micro-batch. forward() gathers units as they run (stage 3); backward() folds each
+  // unit's gradient into this rank's accumulator as the unit's backward ends (an all_to_all
+  // per unit: every rank must run the same number of micro-batches per step).
+  Tensor forward(const Tensor& x);
+  Tensor backward(const Tensor& grad_output);
+
+  // Ends the step's accumulation: the reduced gradient times `scale` becomes the gradient of
+  // optimizer_parameters() (stage 0: every rank gets the whole gradient, by an all_gather of
+  // the reduced shards). Starts the next accumulation.
+  void finish_gradients(double scale);
+  // What the optimizer steps on this rank: stage 0 the model's parameters; stages 1-3 one f32
+  // Parameter per unit holding this rank's shard of the unit's flat parameters.
+  std::vector<nn::Parameter> optimizer_parameters() const;
+  // After the optimizer step: stages 1-2 all_gather the updated shards into every rank's full
+  // parameters; stages 0 and 3 need nothing.
+  void after_step();
+
+  // clip_grad_norm_ over the whole model's reduced gradient (call after finish_gradients):
+  // the global 2-norm, not a per-rank one, computed chunk by chunk on the norm grid
+  // (units.h) in a fixed order, so it is the same number on every rank and for every world
+  // size; non-finite norms are returned unclipped (torch's error_if_nonfinite=false).
+  double clip_grad_norm_(double max_norm);
+
+  // Every parameter whole, on every rank (all_gather of the shards at stage 3), as
+  // state_dict() names them; tied names appear under each name.
+  NamedTensors full_state_dict();
+  // Loads whole tensors (every rank passes the same values) into the shards.
+  void load_full_state_dict(const NamedTensors& state);
+
+  // Peak and current bytes this object holds for flat buffers, shards and accumulators (for
+  // the memory formula's tests).
+  int64_t held_bytes() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<nn::Layer> model_;
+  ShardingOptions options_;
+  std::vector<Unit> units_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace braid::shard

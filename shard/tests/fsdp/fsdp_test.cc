@@ -1,0 +1,108 @@
+// ShardedModel on a one-rank group: parameter placement per stage, the full state dict, and
+// the errors. The multi-rank equivalence runs under braid launch (run_fsdp_equivalence.sh).
+#include "braid/shard/fsdp.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+#include "braid/nn/gpt.h"
+#include "braid/tensor/ops.h"
+
+namespace braid::shard {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<ProcessGroup> one_rank_group() {
+  ProcessGroupOptions o;
+  o.backend = "shm";
+  o.store = std::make_shared<InMemoryStore>();
+  o.rank = 0;
+  o.size = 1;
+  return ProcessGroup::create(o);
+}
+
+std::shared_ptr<nn::GPT> tiny_gpt() {
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.n_positions = 8;
+  c.n_embd = 8;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  auto gpt = std::make_shared<nn::GPT>(c);
+  Generator gen(3);
+  gpt->init_weights(gen);
+  return gpt;
+}
+
+const WrapPolicy kBlocks{.kind = WrapKind::kTransformerBased,
+                         .transformer_cls_names_to_wrap = {"GPT2Block"}};
+
+TEST(ShardedModel, StageThreeHoldsOnlyShardsBetweenPassesAndGathersForAPass) {
+  auto gpt = tiny_gpt();
+  NamedTensors before;
+  for (auto& [n, t] : gpt->state_dict()) before.emplace_back(n, t.clone());
+  ShardedModel sm(gpt, one_rank_group(), {.stage = ZeroStage::k3, .wrap = kBlocks});
+  EXPECT_EQ(sm.units().size(), 3u);
+  EXPECT_FALSE(gpt->get_submodule("transformer.h.0.attn.c_attn").param("weight").data().defined());
+  EXPECT_EQ(sm.optimizer_parameters().size(), 3u);
+
+  Tensor ids = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {1, 6}, DType::kI64);
+  Tensor logits = sm.forward(ids);
+  EXPECT_EQ(logits.shape(), (Shape{1, 6, 11}));
+  EXPECT_FALSE(gpt->get_submodule("transformer.h.1.mlp.c_fc").param("weight").data().defined());
+  sm.backward(Tensor::ones(logits.shape()));
+  sm.finish_gradients(1.0);
+  for (auto& p : sm.optimizer_parameters()) EXPECT_TRUE(p.grad().defined());
+
+  NamedTensors after = sm.full_state_dict();
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].first, before[i].first);
+    EXPECT_TRUE(equal(after[i].second, before[i].second)) << after[i].first;
+  }
+}
+
+TEST(ShardedModel, StagesZeroToTwoKeepFullParametersAndLoadFullStateDicts) {
+  for (ZeroStage stage : {ZeroStage::k0, ZeroStage::k1, ZeroStage::k2}) {
+    auto gpt = tiny_gpt();
+    ShardedModel sm(gpt, one_rank_group(), {.stage = stage, .wrap = kBlocks});
+    EXPECT_TRUE(gpt->get_submodule("transformer.h.0.attn.c_attn").param("weight").data().defined());
+    NamedTensors sd = sm.full_state_dict();
+    for (auto& [n, t] : sd) t.fill_(0.5);
+    sm.load_full_state_dict(sd);
+    EXPECT_EQ(gpt->get_submodule("transformer.ln_f").param("bias").data().to_vector()[3], 0.5);
+    if (stage != ZeroStage::k0) {
+      EXPECT_EQ(sm.optimizer_parameters()[0].data().to_vector()[0], 0.5);
+    }
+  }
+}
+
+TEST(ShardedModel, BadUseIsAnError) {
+  auto pg = one_rank_group();
+  {
+    auto gpt = tiny_gpt();
+    ShardedModel sm(gpt, pg, {.stage = ZeroStage::k2, .wrap = kBlocks});
+    EXPECT_THAT([&] { sm.finish_gradients(1.0); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("has no gradient")));
+  }
+  {
+    auto gpt = tiny_gpt();
+    gpt->to(DType::kBF16);
+    EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("must be a defined f32 CPU tensor")));
+  }
+  {
+    auto gpt = tiny_gpt();
+    gpt->get_submodule("transformer.ln_f").param("weight").set_requires_grad(false);
+    EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.stage = ZeroStage::k1}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("does not require grad")));
+  }
+  EXPECT_THROW(zero_stage_from_int(4), Error);
+}
+
+}  // namespace
+}  // namespace braid::shard
