@@ -13,6 +13,7 @@
 
 #include "braid/core/error.h"
 #include "braid/tensor/ops.h"
+#include "fsdp_impl.h"
 
 namespace braid::shard {
 
@@ -23,16 +24,6 @@ ZeroStage zero_stage_from_int(int64_t stage) {
 }
 
 namespace {
-
-struct UnitState {
-  Unit* unit = nullptr;
-  ShardInfo shard;
-  Tensor flat;         // [padded] f32 full parameters (stages 1-2 always; 3 while gathered)
-  Tensor shard_param;  // [count] f32: the optimizer's parameter (stages 1-3)
-  nn::Parameter opt_param;
-  Tensor acc;  // [count] f32 fold accumulator of the current step (undefined: none yet)
-  bool gathered = false;
-};
 
 // The unit's parameters as views of `flat`.
 void point_params_at(UnitState& s, const Tensor& flat) {
@@ -47,58 +38,48 @@ void release_params(UnitState& s) {
 
 }  // namespace
 
-struct ShardedModel::Impl {
-  std::shared_ptr<ProcessGroup> pg;
-  ZeroStage stage;
-  bool reshard_after_forward;
-  std::vector<UnitState> states;
-  std::vector<nn::Parameter> stage0_params;  // stage 0: the model's parameters, unit order
+// Gathering is idempotent and release is final: a unit's forward can run twice before its
+// backward (activation checkpointing recomputes it), and the backward's release must still
+// free it, or the next step would see parameters from before the optimizer step.
+void ShardedModel::Impl::gather(UnitState& s) {
+  if (stage != ZeroStage::k3 || s.gathered) return;
+  s.gathered = true;
+  Tensor flat = Tensor::empty({s.unit->padded}, DType::kF32);
+  pg->all_gather_into(flat, s.shard_param);
+  s.flat = flat;
+  point_params_at(s, flat);
+}
 
-  int world() const { return pg->size(); }
+void ShardedModel::Impl::release(UnitState& s) {
+  if (stage != ZeroStage::k3 || !s.gathered) return;
+  s.gathered = false;
+  release_params(s);
+}
 
-  // Gathering is idempotent and release is final: a unit's forward can run twice before its
-  // backward (activation checkpointing recomputes it), and the backward's release must still
-  // free it, or the next step would see parameters from before the optimizer step.
-  void gather(UnitState& s) {
-    if (stage != ZeroStage::k3 || s.gathered) return;
-    s.gathered = true;
-    Tensor flat = Tensor::empty({s.unit->padded}, DType::kF32);
-    pg->all_gather_into(flat, s.shard_param);
-    s.flat = flat;
-    point_params_at(s, flat);
-  }
-
-  void release(UnitState& s) {
-    if (stage != ZeroStage::k3 || !s.gathered) return;
-    s.gathered = false;
-    release_params(s);
-  }
-
-  // Note [Deterministic reduction]: this micro-batch's gradient of the unit, flat, through an
-  // all_to_all; block r of the result is rank r's contribution to this rank's shard, and the
-  // blocks are folded in rank order (acc = acc + g, the same operation accumulate_grad uses).
-  void reduce(UnitState& s) {
-    Tensor g = Tensor::zeros({s.unit->padded}, DType::kF32);
-    for (auto& up : s.unit->params) {
-      Tensor& grad = up.param.grad();
-      if (grad.defined()) {
-        g.narrow(0, up.offset, up.numel).copy_(grad.reshape({up.numel}));
-        grad = Tensor();
-      }
-    }
-    Tensor blocks = Tensor::empty({s.unit->padded}, DType::kF32);
-    pg->all_to_all(blocks, g);
-    const int64_t count = s.shard.count;
-    for (int r = 0; r < world(); ++r) {
-      const Tensor block = blocks.narrow(0, r * count, count);
-      if (!s.acc.defined()) {
-        s.acc = block.clone();
-      } else {
-        axpby_(1.0, block, 1.0, s.acc);
-      }
+// Note [Deterministic reduction]: this micro-batch's gradient of the unit, flat, through an
+// all_to_all; block r of the result is rank r's contribution to this rank's shard, and the
+// blocks are folded in rank order (acc = acc + g, the same operation accumulate_grad uses).
+void ShardedModel::Impl::reduce(UnitState& s) {
+  Tensor g = Tensor::zeros({s.unit->padded}, DType::kF32);
+  for (auto& up : s.unit->params) {
+    Tensor& grad = up.param.grad();
+    if (grad.defined()) {
+      g.narrow(0, up.offset, up.numel).copy_(grad.reshape({up.numel}));
+      grad = Tensor();
     }
   }
-};
+  Tensor blocks = Tensor::empty({s.unit->padded}, DType::kF32);
+  pg->all_to_all(blocks, g);
+  const int64_t count = s.shard.count;
+  for (int r = 0; r < world(); ++r) {
+    const Tensor block = blocks.narrow(0, r * count, count);
+    if (!s.acc.defined()) {
+      s.acc = block.clone();
+    } else {
+      axpby_(1.0, block, 1.0, s.acc);
+    }
+  }
+}
 
 ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
                            ShardingOptions options)

@@ -3,7 +3,7 @@
 //
 //   fsdp_worker train <stage 0-3|plain> <micro-batches per step G> <steps> <out.safetensors>
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
-//               [--keep-after-forward]
+//               [--keep-after-forward] [--save-at K DIR] [--resume DIR --start K]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -57,6 +57,8 @@ struct Opts {
   int64_t G = 4, steps = 3;
   bool bf16 = false, checkpointing = false, keep_after_forward = false;
   double clip = 0;
+  int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
+  std::string save_dir, resume_dir;
 };
 
 int train(const Opts& o) {
@@ -106,7 +108,9 @@ int train(const Opts& o) {
   }
   shard::ShardedModel sm(gpt, pg, so);
   nn::AdamW opt(sm.optimizer_parameters(), adam);
-  for (int64_t s = 0; s < o.steps; ++s) {
+  if (!o.resume_dir.empty()) sm.load_checkpoint(o.resume_dir, &opt);
+  for (int64_t s = o.start; s < o.steps; ++s) {
+    if (s == o.save_at) sm.save_checkpoint(o.save_dir, &opt, {{"step", std::to_string(s)}});
     double loss = 0;
     for (int64_t j = 0; j < o.G / W; ++j) {
       auto [x, y] = micro_batch(s, j * W + rank);
@@ -192,6 +196,12 @@ int run(int argc, char** argv) {
       o.clip = std::stod(argv[++i]);
     else if (a == "--wrap" && i + 1 < argc)
       o.wrap = argv[++i];
+    else if (a == "--save-at" && i + 2 < argc)
+      o.save_at = std::stoll(argv[++i]), o.save_dir = argv[++i];
+    else if (a == "--resume" && i + 1 < argc)
+      o.resume_dir = argv[++i];
+    else if (a == "--start" && i + 1 < argc)
+      o.start = std::stoll(argv[++i]);
     else
       BRAID_FAIL(kInvalidArgument, "fsdp_worker: unknown option ", a);
   }

@@ -6,7 +6,8 @@
 #   run_fsdp_equivalence.sh BRAID WORKER OUTDIR VARIANT
 # VARIANT: f32 (W 1, 2, 4 x stages 0-3, transformer wrap), mixed (bf16 autocast, clip 0.5,
 # activation checkpointing, size-based wrap; W 1, 2, 4 x stages 0, 2, 3 and stage 3 keeping
-# parameters after forward), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1).
+# parameters after forward), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
+# sharded checkpoint saved at one world size and stage, resumed at others).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
 rm -rf "$out"
@@ -62,6 +63,20 @@ w3)
   same w1_s3 w3_s3
   same w1_s3 w6_s3
   same w1_s3 w3_s1
+  ;;
+resume)
+  # Save a sharded checkpoint (model + AdamW state) after 2 of 4 steps at W 4 / stage 3, resume
+  # it at W 2 / stage 1, W 1 / stage 0 and W 4 / stage 2: each continued run equals the
+  # uninterrupted one.
+  run 1 ref 0 4 4
+  run 4 w4_s3_saving 3 4 4 --save-at 2 "$out/ckpt"
+  run 2 w2_s1_resumed 1 4 4 --resume "$out/ckpt" --start 2
+  run 1 w1_s0_resumed 0 4 4 --resume "$out/ckpt" --start 2
+  run 4 w4_s2_resumed 2 4 4 --resume "$out/ckpt" --start 2
+  same ref w4_s3_saving
+  same ref w2_s1_resumed
+  same ref w1_s0_resumed
+  same ref w4_s2_resumed
   ;;
 *)
   echo "run_fsdp_equivalence.sh: unknown variant $variant" >&2

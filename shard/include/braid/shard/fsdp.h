@@ -24,12 +24,14 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/comm/process_group.h"
 #include "braid/nn/module.h"
+#include "braid/nn/optim.h"
 #include "braid/shard/units.h"
 #include "braid/tensor/safetensors.h"
 
@@ -101,6 +103,17 @@ class ShardedModel {
   NamedTensors full_state_dict();
   // Loads whole tensors (every rank passes the same values) into the shards.
   void load_full_state_dict(const NamedTensors& state);
+
+  // Sharded checkpoint (checkpoint.h) of the parameters and, when given, the state of the
+  // optimizer built on optimizer_parameters() (one parameter group): every rank writes the
+  // parts of each parameter (and of its optimizer state, as "optimizer.<state>.<name>") that
+  // its shard covers, under the parameters' own names, so the folder does not depend on the
+  // stage or world size that wrote it. Collective. `metadata` goes into the index.
+  void save_checkpoint(const std::filesystem::path& folder,
+                       const nn::Optimizer* optimizer = nullptr, const StringMap& metadata = {});
+  // Loads such a checkpoint, whatever world size and stage wrote it (resharding); with an
+  // optimizer, its state too (same algorithm, one group). Errors name the missing tensor.
+  void load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer = nullptr);
 
   // Peak and current bytes this object holds for flat buffers, shards and accumulators (for
   // the memory formula's tests).

@@ -1,0 +1,208 @@
+// ShardedModel's sharded checkpoints: each rank writes, of every parameter and of its optimizer
+// state, the run of elements its shard covers, under the parameter's own name; a load reads
+// whatever ranges the current layout needs, so a checkpoint of any world size and stage loads
+// into any other (docs/sharding.md, "Checkpoints of a ShardedModel").
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "braid/core/error.h"
+#include "braid/shard/checkpoint.h"
+#include "fsdp_impl.h"
+
+namespace braid::shard {
+namespace {
+
+constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr const char* kOptimizerJson = "braid.optimizer";
+
+// The part of parameter `up` inside this rank's shard: [lo, hi) in the unit's flat buffer.
+struct Run {
+  int64_t lo = 0, hi = 0;
+  bool empty() const { return hi <= lo; }
+};
+Run run_of(const UnitParam& up, const ShardInfo& shard) {
+  return {std::max(up.offset, shard.offset), std::min(up.offset + up.numel, shard.end())};
+}
+
+// "state.<i>.<name>" -> (i, name)
+bool parse_state_key(const std::string& key, int64_t* index, std::string* name) {
+  if (key.rfind("state.", 0) != 0) return false;
+  const size_t dot = key.find('.', 6);
+  if (dot == std::string::npos) return false;
+  *index = std::stoll(key.substr(6, dot - 6));
+  *name = key.substr(dot + 1);
+  return true;
+}
+
+}  // namespace
+
+void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
+                                   const nn::Optimizer* optimizer, const StringMap& metadata) {
+  const bool stage0 = impl_->stage == ZeroStage::k0;
+  std::vector<Piece> pieces;
+  // `flat_of(i)`: unit i's values as a flat [padded] or shard [count] source tensor.
+  const auto add_pieces = [&](const std::string& prefix, size_t u, const Tensor& source,
+                              bool source_is_shard) {
+    const UnitState& s = impl_->states[u];
+    for (const auto& up : s.unit->params) {
+      const Run r = run_of(up, s.shard);
+      if (r.empty()) continue;
+      const int64_t start = source_is_shard ? r.lo - s.shard.offset : r.lo - up.offset;
+      Piece p{prefix + up.name, up.shape, r.lo - up.offset,
+              source.narrow(0, start, r.hi - r.lo).contiguous()};
+      pieces.push_back(std::move(p));
+    }
+  };
+  for (size_t u = 0; u < impl_->states.size(); ++u) {
+    const UnitState& s = impl_->states[u];
+    if (stage0) {
+      for (const auto& up : s.unit->params) {
+        const Run r = run_of(up, s.shard);
+        if (r.empty()) continue;
+        pieces.push_back(Piece{up.name, up.shape, r.lo - up.offset,
+                               up.param.data()
+                                   .reshape({up.numel})
+                                   .narrow(0, r.lo - up.offset, r.hi - r.lo)
+                                   .contiguous()});
+      }
+    } else {
+      add_pieces("", u, s.shard_param, true);
+    }
+  }
+  StringMap meta = metadata;
+  if (optimizer != nullptr) {
+    BRAID_CHECK(optimizer->param_groups().size() == 1, kInvalidArgument,
+                "ShardedModel::save_checkpoint: the optimizer must have one parameter group, it "
+                "has ",
+                optimizer->param_groups().size());
+    const nn::OptimizerState st = optimizer->state_dict();
+    meta[kOptimizerJson] = st.json;
+    // Optimizer parameter i: unit i's shard (stages 1-3) or the i-th model parameter (stage 0,
+    // in unit order: stage0_params).
+    std::vector<std::pair<size_t, const UnitParam*>> stage0_index;
+    for (size_t u = 0; u < impl_->states.size(); ++u) {
+      for (const auto& up : impl_->states[u].unit->params) stage0_index.emplace_back(u, &up);
+    }
+    for (const auto& [key, t] : st.tensors) {
+      int64_t i = 0;
+      std::string name;
+      BRAID_CHECK(parse_state_key(key, &i, &name), kInternal, "unexpected optimizer key ", key);
+      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
+      if (stage0) {
+        const auto [u, up] = stage0_index.at(static_cast<size_t>(i));
+        const Run r = run_of(*up, impl_->states[u].shard);
+        if (r.empty()) continue;
+        pieces.push_back(
+            Piece{prefix + up->name, up->shape, r.lo - up->offset,
+                  t.reshape({up->numel}).narrow(0, r.lo - up->offset, r.hi - r.lo).contiguous()});
+      } else {
+        add_pieces(prefix, static_cast<size_t>(i), t, true);
+      }
+    }
+  }
+  save_sharded_checkpoint(folder, pieces, *impl_->pg, meta);
+}
+
+void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer) {
+  ShardedCheckpoint ckpt(folder);
+  const bool stage0 = impl_->stage == ZeroStage::k0;
+  // The flat values of unit u for names "<prefix><param name>": [count] of this rank's shard,
+  // or [padded] whole (stage 0), zeros in the padding.
+  const auto read_unit = [&](const std::string& prefix, const UnitState& s, bool whole) {
+    const ShardInfo range = whole ? ShardInfo{0, s.unit->padded} : s.shard;
+    Tensor out = Tensor::zeros({range.count}, DType::kF32);
+    for (const auto& up : s.unit->params) {
+      const Run r = run_of(up, range);
+      if (r.empty()) continue;
+      const std::string name = prefix + up.name;
+      BRAID_CHECK(ckpt.contains(name), kInvalidArgument,
+                  "ShardedModel::load_checkpoint: ", folder.string(), " has no tensor '", name,
+                  "'");
+      BRAID_CHECK(ckpt.shape(name) == up.shape, kInvalidArgument,
+                  "ShardedModel::load_checkpoint: '", name, "' has shape ",
+                  shape_str(ckpt.shape(name)), " in ", folder.string(), ", the model has ",
+                  shape_str(up.shape));
+      ckpt.read_range(name, r.lo - up.offset, r.hi - r.lo,
+                      out.data<float>() + (r.lo - range.offset), DType::kF32);
+    }
+    return out;
+  };
+
+  for (auto& s : impl_->states) {
+    if (stage0) {
+      Tensor whole = read_unit("", s, true);
+      for (auto& up : s.unit->params) {
+        up.param.data().copy_(whole.narrow(0, up.offset, up.numel).view(up.shape));
+      }
+      continue;
+    }
+    s.shard_param.copy_(read_unit("", s, false));
+    if (impl_->stage != ZeroStage::k3) impl_->pg->all_gather_into(s.flat, s.shard_param);
+  }
+  if (optimizer == nullptr) return;
+
+  const auto it = ckpt.metadata().find(kOptimizerJson);
+  BRAID_CHECK(it != ckpt.metadata().end(), kInvalidArgument,
+              "ShardedModel::load_checkpoint: ", folder.string(), " holds no optimizer state");
+  BRAID_CHECK(optimizer->param_groups().size() == 1, kInvalidArgument,
+              "ShardedModel::load_checkpoint: the optimizer must have one parameter group");
+  nlohmann::json saved = nlohmann::json::parse(it->second);
+  std::set<std::string> state_names;
+  for (const auto& name : ckpt.names()) {
+    if (name.rfind(kOptimizerPrefix, 0) != 0) continue;
+    const size_t dot = name.find('.', std::string(kOptimizerPrefix).size());
+    if (dot != std::string::npos) {
+      state_names.insert(name.substr(std::string(kOptimizerPrefix).size(),
+                                     dot - std::string(kOptimizerPrefix).size()));
+    }
+  }
+  // The saved optimizer's scalars, re-laid for this layout: every parameter has taken the same
+  // number of steps (one group, every parameter stepped each step).
+  const auto& steps = saved.at("step");
+  const int64_t step = steps.empty() ? 0 : steps.at(0).get<int64_t>();
+  for (const auto& v : steps) {
+    BRAID_CHECK(v.get<int64_t>() == step, kInvalidArgument,
+                "ShardedModel::load_checkpoint: the saved parameters took different numbers of "
+                "optimizer steps; only a uniform step count can be resharded");
+  }
+  const auto params = optimizer->param_groups()[0].params;
+  nn::OptimizerState st;
+  nlohmann::json group = saved.at("param_groups").at(0);
+  group["params"] = nlohmann::json::array();
+  nlohmann::json new_steps = nlohmann::json::array();
+  for (size_t i = 0; i < params.size(); ++i) {
+    group["params"].push_back(i);
+    new_steps.push_back(step);
+  }
+  saved["param_groups"] = nlohmann::json::array({group});
+  saved["step"] = new_steps;
+  st.json = saved.dump();
+  const auto opt_params = optimizer_parameters();
+  BRAID_CHECK(opt_params.size() == params.size(), kInvalidArgument,
+              "ShardedModel::load_checkpoint: the optimizer is not the one built on "
+              "optimizer_parameters()");
+  size_t index = 0;
+  for (auto& s : impl_->states) {
+    for (const auto& name : state_names) {
+      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
+      if (stage0) {
+        Tensor whole = read_unit(prefix, s, true);
+        size_t i = index;
+        for (auto& up : s.unit->params) {
+          st.tensors.emplace_back("state." + std::to_string(i++) + "." + name,
+                                  whole.narrow(0, up.offset, up.numel).view(up.shape).clone());
+        }
+      } else {
+        st.tensors.emplace_back("state." + std::to_string(index) + "." + name,
+                                read_unit(prefix, s, false));
+      }
+    }
+    index += stage0 ? s.unit->params.size() : 1;
+  }
+  optimizer->load_state_dict(st);
+}
+
+}  // namespace braid::shard
