@@ -51,6 +51,21 @@ uint16_t b_at(const GemmCoreBf16& g, int64_t p, int64_t j) {
   return g.trans_b ? g.b[j * g.ldb + p] : g.b[p * g.ldb + j];
 }
 
+// Four rows of four 32-bit words (src, src + ld, src + 2 ld, src + 3 ld; 16 bytes each) stored
+// transposed: word w of the four rows goes to dst + w * dst_step, 16 bytes (rows in order).
+inline void transpose_words_4x4(const uint16_t* src, int64_t ld, uint16_t* dst, int64_t dst_step) {
+  const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + ld));
+  const __m128i r2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * ld));
+  const __m128i r3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 3 * ld));
+  const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+  const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm_unpacklo_epi64(t0, t1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + dst_step), _mm_unpackhi_epi64(t0, t1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * dst_step), _mm_unpacklo_epi64(t2, t3));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * dst_step), _mm_unpackhi_epi64(t2, t3));
+}
+
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) (kc2 = kc rounded up to even): panel r holds, per
 // k-pair q, kMr rows of two bf16 each.
 void pack_a(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kc2,
@@ -58,7 +73,31 @@ void pack_a(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t p0, int64_t k
   for (int64_t r = 0; r < mc; r += kMr) {
     const int64_t rows = mc - r < kMr ? mc - r : kMr;
     uint16_t* panel = dst + r * kc2;
-    for (int64_t q = 0; q < kc2 / 2; ++q) {
+    int64_t q = 0;
+    if (!g.trans_a && rows == kMr) {
+      // Whole pairs in blocks of 4: a row holds its pairs as consecutive words, so 4 rows x 4
+      // words are read 16 bytes a row and transposed in registers.
+      for (const int64_t full_q = (kc / 2) & ~int64_t{3}; q < full_q; q += 4) {
+        for (int64_t i = 0; i < kMr; i += 4) {
+          transpose_words_4x4(g.a + (i0 + r + i) * g.lda + p0 + 2 * q, g.lda,
+                              panel + q * 2 * kMr + 2 * i, 2 * kMr);
+        }
+      }
+    } else if (g.trans_a && rows == kMr) {
+      // Pair q is rows p, p + 1 of the stored A, contiguous over the 12 rows of the panel:
+      // interleave the two 12-element runs.
+      for (const int64_t full_q = kc / 2; q < full_q; ++q) {
+        const uint16_t* s0 = g.a + (p0 + 2 * q) * g.lda + i0 + r;
+        const __m256i x0 = _mm256_maskz_loadu_epi16(0x0fff, s0);
+        const __m256i x1 = _mm256_maskz_loadu_epi16(0x0fff, s0 + g.lda);
+        const __m256i lo = _mm256_unpacklo_epi16(x0, x1);  // rows 0-3 | 8-11
+        const __m256i hi = _mm256_unpackhi_epi16(x0, x1);  // rows 4-7 | 12-15
+        uint16_t* d = panel + q * 2 * kMr;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16), _mm256_extracti128_si256(lo, 1));
+      }
+    }
+    for (; q < kc2 / 2; ++q) {
       uint16_t* d = panel + q * 2 * kMr;
       const int64_t p = p0 + 2 * q;
       const bool odd_tail = 2 * q + 1 >= kc;
@@ -100,6 +139,15 @@ void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t 
             lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);  // columns 16-31
         _mm512_store_si512(d, first);
         _mm512_store_si512(d + 32, second);
+        continue;
+      }
+      if (g.trans_b && !odd_tail && cols == kNr && (q & 3) == 0 && q + 4 <= kc / 2) {
+        // Column j's pairs are consecutive words of stored row j: 4 columns x 4 pairs per
+        // transpose, covering pairs q .. q + 3 (the next three iterations find them done).
+        for (int64_t j = 0; j < kNr; j += 4) {
+          transpose_words_4x4(g.b + (j0 + c + j) * g.ldb + p, g.ldb, d + 2 * j, 2 * kNr);
+        }
+        q += 3;
         continue;
       }
       int64_t j = 0;
