@@ -1,15 +1,18 @@
 // ShardedModel: ZeRO stages 0-3 over units, with the deterministic reduction of
 // Note [Deterministic reduction] (fsdp.h). The units' Layer hooks drive everything:
 //   pre_forward / pre_backward   stage 3: all_gather the unit's shards into a flat buffer and
-//                                point its parameters at views of it
+//                                point its parameters at views of it; queue the next unit's
+//                                gather (prefetch)
 //   post_forward                 stage 3 with reshard_after_forward: free that buffer
 //   post_backward                pack the unit's micro-batch gradient flat, all_to_all it so
 //                                each rank gets the W contributions to its shard, fold them in
 //                                rank order into the shard's f32 accumulator; stage 3: free
-// Collectives run on the calling thread in the same order on every rank (the model's order).
+// Collectives run in the model's order, on the same sequence on every rank: on the
+// communication thread (CommQueue) with overlap, else on the calling thread.
 #include "braid/shard/fsdp.h"
 
 #include <cmath>
+#include <utility>
 
 #include "braid/core/error.h"
 #include "braid/tensor/ops.h"
@@ -38,27 +41,74 @@ void release_params(UnitState& s) {
 
 }  // namespace
 
+std::shared_ptr<CommQueue::Op> ShardedModel::Impl::submit(std::string what,
+                                                          std::function<void()> fn) {
+  if (queue) return queue->submit(std::move(what), std::move(fn));
+  fn();
+  return nullptr;
+}
+
+void ShardedModel::Impl::wait(const std::shared_ptr<CommQueue::Op>& op) {
+  if (queue && op) queue->wait(op);
+}
+
+void ShardedModel::Impl::drain() {
+  if (queue) queue->drain();
+}
+
+// Submits the unit's all_gather into a new flat buffer unless one is pending or done.
+void ShardedModel::Impl::issue_gather(UnitState& s) {
+  if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
+  Tensor flat = Tensor::empty({s.unit->padded}, DType::kF32);
+  Tensor shard = s.shard_param;
+  auto group = comm;
+  s.pending_flat = flat;
+  s.gather_op = submit("all_gather of unit '" + s.unit->name + "'",
+                       [group, flat, shard]() mutable { group->all_gather_into(flat, shard); });
+}
+
 // Gathering is idempotent and release is final: a unit's forward can run twice before its
 // backward (activation checkpointing recomputes it), and the backward's release must still
 // free it, or the next step would see parameters from before the optimizer step.
 void ShardedModel::Impl::gather(UnitState& s) {
-  if (stage != ZeroStage::k3 || s.gathered) return;
+  if (options.stage != ZeroStage::k3 || s.gathered) return;
+  issue_gather(s);
+  wait(s.gather_op);
+  s.gather_op = nullptr;
+  s.flat = std::exchange(s.pending_flat, Tensor());
   s.gathered = true;
-  Tensor flat = Tensor::empty({s.unit->padded}, DType::kF32);
-  pg->all_gather_into(flat, s.shard_param);
-  s.flat = flat;
-  point_params_at(s, flat);
+  point_params_at(s, s.flat);
 }
 
 void ShardedModel::Impl::release(UnitState& s) {
-  if (stage != ZeroStage::k3 || !s.gathered) return;
+  if (options.stage != ZeroStage::k3 || !s.gathered) return;
   s.gathered = false;
   release_params(s);
+}
+
+// limit_all_gathers: one unit ahead of the one computing.
+void ShardedModel::Impl::prefetch_after(size_t unit, const std::vector<size_t>& order) {
+  if (!queue || !orders_done) return;
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    if (order[i] == unit) return issue_gather(states[order[i + 1]]);
+  }
+}
+
+// A prefetched gather holds parameters from before the optimizer step: wait for it and drop it.
+void ShardedModel::Impl::drop_prefetches() {
+  for (auto& s : states) {
+    if (!s.pending_flat.defined()) continue;
+    wait(s.gather_op);
+    s.gather_op = nullptr;
+    s.pending_flat = Tensor();
+  }
 }
 
 // Note [Deterministic reduction]: this micro-batch's gradient of the unit, flat, through an
 // all_to_all; block r of the result is rank r's contribution to this rank's shard, and the
 // blocks are folded in rank order (acc = acc + g, the same operation accumulate_grad uses).
+// Packing happens here; the collective and the fold run on the communication thread, which
+// alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
   Tensor g = Tensor::zeros({s.unit->padded}, DType::kF32);
   for (auto& up : s.unit->params) {
@@ -68,17 +118,21 @@ void ShardedModel::Impl::reduce(UnitState& s) {
       grad = Tensor();
     }
   }
-  Tensor blocks = Tensor::empty({s.unit->padded}, DType::kF32);
-  pg->all_to_all(blocks, g);
-  const int64_t count = s.shard.count;
-  for (int r = 0; r < world(); ++r) {
-    const Tensor block = blocks.narrow(0, r * count, count);
-    if (!s.acc.defined()) {
-      s.acc = block.clone();
-    } else {
-      axpby_(1.0, block, 1.0, s.acc);
+  auto group = comm;
+  UnitState* state = &s;
+  submit("all_to_all of unit '" + s.unit->name + "'", [group, g, state]() mutable {
+    Tensor blocks = Tensor::empty({state->unit->padded}, DType::kF32);
+    group->all_to_all(blocks, g);
+    const int64_t count = state->shard.count;
+    for (int r = 0; r < group->size(); ++r) {
+      const Tensor block = blocks.narrow(0, r * count, count);
+      if (!state->acc.defined()) {
+        state->acc = block.clone();
+      } else {
+        axpby_(1.0, block, 1.0, state->acc);
+      }
     }
-  }
+  });
 }
 
 ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
@@ -87,9 +141,11 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   BRAID_CHECK(model_ != nullptr && pg != nullptr, kInvalidArgument,
               "ShardedModel: model and process group must be given");
   impl_->pg = std::move(pg);
-  impl_->stage = options_.stage;
-  impl_->reshard_after_forward = options_.reshard_after_forward;
-  const int world = impl_->world(), rank = impl_->pg->rank();
+  impl_->options = options_;
+  const int world = impl_->pg->size(), rank = impl_->pg->rank();
+  std::vector<int> all(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
+  impl_->comm = impl_->pg->new_group(all);
   units_ = make_units(*model_, options_.wrap, world);
 
   for (auto& u : units_) {
@@ -105,7 +161,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
                   "' does not require grad; frozen parameters inside a sharded unit are not "
                   "supported (put their module in WrapPolicy::ignored_modules)");
       if (!d.is_contiguous()) up.param.data() = d.contiguous();
-      if (options_.sync_module_states) impl_->pg->broadcast(up.param.data(), 0);
+      if (options_.sync_module_states) impl_->comm->broadcast(up.param.data(), 0);
     }
   }
 
@@ -132,22 +188,40 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       }
     }
     Impl* impl = impl_.get();
+    const size_t index = i, root = units_.size() - 1;
     nn::ModuleHooks hooks;
-    hooks.pre_forward = [impl, &s](nn::Module&) { impl->gather(s); };
-    hooks.post_forward = [impl, &s](nn::Module&) {
-      if (impl->reshard_after_forward) impl->release(s);
+    hooks.pre_forward = [impl, &s, index](nn::Module&) {
+      if (!impl->orders_done && !impl->in_backward) impl->forward_order.push_back(index);
+      impl->gather(s);
+      if (impl->options.forward_prefetch && !impl->in_backward) {
+        impl->prefetch_after(index, impl->forward_order);
+      }
     };
-    hooks.pre_backward = [impl, &s](nn::Module&) { impl->gather(s); };
-    hooks.post_backward = [impl, &s](nn::Module&) {
+    hooks.post_forward = [impl, &s](nn::Module&) {
+      if (impl->options.reshard_after_forward) impl->release(s);
+    };
+    hooks.pre_backward = [impl, &s, index](nn::Module&) {
+      impl->in_backward = true;
+      if (!impl->orders_done) impl->backward_order.push_back(index);
+      impl->gather(s);
+      if (impl->options.backward_prefetch) impl->prefetch_after(index, impl->backward_order);
+    };
+    hooks.post_backward = [impl, &s, index, root](nn::Module&) {
       impl->reduce(s);
       impl->release(s);
+      if (index == root) {  // the root's backward ends the pass
+        impl->in_backward = false;
+        impl->orders_done = true;
+      }
     };
     u.layer->set_hooks(std::move(hooks));
   }
+  if (options_.overlap) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
 ShardedModel::~ShardedModel() {
   for (auto& u : units_) u.layer->set_hooks({});
+  impl_->queue.reset();  // finishes what was submitted, then stops the thread
 }
 
 int ShardedModel::rank() const {
@@ -166,14 +240,15 @@ Tensor ShardedModel::backward(const Tensor& grad_output) {
 }
 
 void ShardedModel::finish_gradients(double scale) {
+  impl_->drain();
   for (auto& s : impl_->states) {
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
     Tensor g = braid::scale(s.acc, scale);
     s.acc = Tensor();
-    if (impl_->stage == ZeroStage::k0) {
+    if (options_.stage == ZeroStage::k0) {
       Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
-      impl_->pg->all_gather_into(full, g);
+      impl_->comm->all_gather_into(full, g);
       for (auto& up : s.unit->params) {
         up.param.grad() = full.narrow(0, up.offset, up.numel).view(up.shape);
       }
@@ -184,7 +259,7 @@ void ShardedModel::finish_gradients(double scale) {
 }
 
 std::vector<nn::Parameter> ShardedModel::optimizer_parameters() const {
-  if (impl_->stage == ZeroStage::k0) return impl_->stage0_params;
+  if (options_.stage == ZeroStage::k0) return impl_->stage0_params;
   std::vector<nn::Parameter> out;
   for (auto& s : impl_->states) out.push_back(s.opt_param);
   return out;
@@ -193,12 +268,15 @@ std::vector<nn::Parameter> ShardedModel::optimizer_parameters() const {
 void ShardedModel::after_step() {
   // Stage 3: a unit still gathered (a forward without backward, e.g. evaluation with
   // reshard_after_forward off) holds parameters from before the step.
+  impl_->drain();
+  impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
-  if (impl_->stage != ZeroStage::k1 && impl_->stage != ZeroStage::k2) return;
-  for (auto& s : impl_->states) impl_->pg->all_gather_into(s.flat, s.shard_param);
+  if (options_.stage != ZeroStage::k1 && options_.stage != ZeroStage::k2) return;
+  for (auto& s : impl_->states) impl_->comm->all_gather_into(s.flat, s.shard_param);
 }
 
 double ShardedModel::clip_grad_norm_(double max_norm) {
+  impl_->drain();
   BRAID_CHECK(max_norm >= 0, kInvalidArgument, "clip_grad_norm_: max_norm must be >= 0, got ",
               max_norm);
   // Sum of squares per kChunk elements of each unit's flat gradient, in f64, then the chunks
@@ -218,7 +296,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
         out[c] = sum;
       }
     };
-    if (impl_->stage == ZeroStage::k0) {
+    if (options_.stage == ZeroStage::k0) {
       // Every rank holds the whole gradient: the same partials, computed locally.
       Tensor flat = Tensor::zeros({padded}, DType::kF32);
       for (auto& up : s.unit->params) {
@@ -233,7 +311,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
       BRAID_CHECK(g.defined(), kInvalidArgument, "clip_grad_norm_: call finish_gradients first");
       Tensor mine = Tensor::empty({s.shard.count / kChunk}, DType::kF64);
       chunk_sums(g.data<float>(), s.shard.count / kChunk, mine.data<double>());
-      impl_->pg->all_gather_into(all_partials, mine);
+      impl_->comm->all_gather_into(all_partials, mine);
       grads.push_back(g);
     }
     const double* p = all_partials.data<double>();
@@ -252,6 +330,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
 }
 
 NamedTensors ShardedModel::full_state_dict() {
+  impl_->drain();
   for (auto& s : impl_->states) impl_->gather(s);
   NamedTensors out;
   for (auto& [name, t] : model_->state_dict()) out.emplace_back(name, t.clone());
@@ -260,6 +339,8 @@ NamedTensors ShardedModel::full_state_dict() {
 }
 
 void ShardedModel::load_full_state_dict(const NamedTensors& state) {
+  impl_->drain();
+  impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->gather(s);
   try {
     model_->load_state_dict(state);
@@ -268,7 +349,7 @@ void ShardedModel::load_full_state_dict(const NamedTensors& state) {
     throw;
   }
   for (auto& s : impl_->states) {
-    if (impl_->stage != ZeroStage::k0) {
+    if (options_.stage != ZeroStage::k0) {
       s.shard_param.copy_(s.flat.narrow(0, s.shard.offset, s.shard.count));
     }
     impl_->release(s);

@@ -41,7 +41,8 @@ bool parse_state_key(const std::string& key, int64_t* index, std::string* name) 
 
 void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
                                    const nn::Optimizer* optimizer, const StringMap& metadata) {
-  const bool stage0 = impl_->stage == ZeroStage::k0;
+  impl_->drain();
+  const bool stage0 = options_.stage == ZeroStage::k0;
   std::vector<Piece> pieces;
   // `flat_of(i)`: unit i's values as a flat [padded] or shard [count] source tensor.
   const auto add_pieces = [&](const std::string& prefix, size_t u, const Tensor& source,
@@ -107,8 +108,10 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
 }
 
 void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer) {
+  impl_->drain();            // nothing may read the shards while they are replaced
+  impl_->drop_prefetches();  // gathers of the old values
   ShardedCheckpoint ckpt(folder);
-  const bool stage0 = impl_->stage == ZeroStage::k0;
+  const bool stage0 = options_.stage == ZeroStage::k0;
   // The flat values of unit u for names "<prefix><param name>": [count] of this rank's shard,
   // or [padded] whole (stage 0), zeros in the padding.
   const auto read_unit = [&](const std::string& prefix, const UnitState& s, bool whole) {
@@ -140,7 +143,7 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
       continue;
     }
     s.shard_param.copy_(read_unit("", s, false));
-    if (impl_->stage != ZeroStage::k3) impl_->pg->all_gather_into(s.flat, s.shard_param);
+    if (options_.stage != ZeroStage::k3) impl_->pg->all_gather_into(s.flat, s.shard_param);
   }
   if (optimizer == nullptr) return;
 

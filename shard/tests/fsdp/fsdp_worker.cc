@@ -3,7 +3,7 @@
 //
 //   fsdp_worker train <stage 0-3|plain> <micro-batches per step G> <steps> <out.safetensors>
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
-//               [--keep-after-forward] [--save-at K DIR] [--resume DIR --start K]
+//               [--keep-after-forward] [--no-overlap] [--save-at K DIR] [--resume DIR --start K]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -55,7 +55,7 @@ std::pair<Tensor, Tensor> micro_batch(int64_t step, int64_t m) {
 struct Opts {
   std::string stage, out, wrap = "transformer";
   int64_t G = 4, steps = 3;
-  bool bf16 = false, checkpointing = false, keep_after_forward = false;
+  bool bf16 = false, checkpointing = false, keep_after_forward = false, overlap = true;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
   std::string save_dir, resume_dir;
@@ -99,6 +99,7 @@ int train(const Opts& o) {
   shard::ShardingOptions so;
   so.stage = shard::zero_stage_from_int(std::stoll(o.stage));
   so.reshard_after_forward = !o.keep_after_forward;
+  so.overlap = o.overlap;
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
     so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
@@ -192,6 +193,8 @@ int run(int argc, char** argv) {
       o.checkpointing = true;
     else if (a == "--keep-after-forward")
       o.keep_after_forward = true;
+    else if (a == "--no-overlap")
+      o.overlap = false;
     else if (a == "--clip" && i + 1 < argc)
       o.clip = std::stod(argv[++i]);
     else if (a == "--wrap" && i + 1 < argc)

@@ -31,6 +31,11 @@ case $variant in
 f32)
   for w in 1 2 4; do for s in 0 1 2 3; do run "$w" "w${w}_s${s}" "$s" 4 3; done; done
   for w in 1 2 4; do for s in 0 1 2 3; do [[ "w${w}_s${s}" == w1_s0 ]] || same w1_s0 "w${w}_s${s}"; done; done
+  # Collectives on the calling thread instead of the communication thread: the same bits.
+  run 4 w4_s3_no_overlap 3 4 3 --no-overlap
+  run 2 w2_s0_no_overlap 0 4 3 --no-overlap
+  same w1_s0 w4_s3_no_overlap
+  same w1_s0 w2_s0_no_overlap
   # Ordinary gradient accumulation adds a tied weight's two uses into the running sum one by
   # one, while the fold adds whole micro-batch gradients: after one step only the tied
   # embedding differs (by rounding); later steps carry that on.

@@ -55,6 +55,14 @@ struct ShardingOptions {
   bool reshard_after_forward = true;
   // Copy rank 0's parameter values to every rank at construction (sync_module_states).
   bool sync_module_states = true;
+  // Run collectives on a communication thread, so gathers and reductions overlap compute
+  // (off: every collective runs on the calling thread). The bits are the same either way.
+  bool overlap = true;
+  // With overlap, stage 3: while a unit computes, gather the next unit of the forward order
+  // (FSDP's forward_prefetch) and of the backward order (BACKWARD_PRE); the orders are those
+  // of the first pass. At most one unit ahead is gathered (limit_all_gathers).
+  bool forward_prefetch = true;
+  bool backward_prefetch = true;
 };
 
 class ShardedModel {
@@ -77,7 +85,9 @@ class ShardedModel {
 
   // One micro-batch. forward() gathers units as they run (stage 3); backward() folds each
   // unit's gradient into this rank's accumulator as the unit's backward ends (an all_to_all
-  // per unit: every rank must run the same number of micro-batches per step).
+  // per unit: every rank must run the same number of micro-batches per step). The collectives
+  // run on a group of their own (new_group over the same ranks), so the caller may use `pg`
+  // for its own collectives at any time.
   Tensor forward(const Tensor& x);
   Tensor backward(const Tensor& grad_output);
 
