@@ -207,7 +207,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (impl->options.backward_prefetch) impl->prefetch_after(index, impl->backward_order);
     };
     hooks.post_backward = [impl, &s, index, root](nn::Module&) {
-      impl->reduce(s);
+      if (impl->sync) impl->reduce(s);
       impl->release(s);
       if (index == root) {  // the root's backward ends the pass
         impl->in_backward = false;
@@ -237,6 +237,14 @@ Tensor ShardedModel::forward(const Tensor& x) {
 
 Tensor ShardedModel::backward(const Tensor& grad_output) {
   return model_->backward(grad_output);
+}
+
+void ShardedModel::set_gradient_sync(bool sync) {
+  impl_->sync = sync;
+}
+
+bool ShardedModel::gradient_sync() const {
+  return impl_->sync;
 }
 
 void ShardedModel::finish_gradients(double scale) {

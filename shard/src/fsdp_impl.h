@@ -35,6 +35,7 @@ struct ShardedModel::Impl {
   std::vector<size_t> forward_order, backward_order;
   bool orders_done = false;
   bool in_backward = false;
+  bool sync = true;  // set_gradient_sync
 
   int world() const { return comm->size(); }
   // Runs fn on the communication thread (or here, without overlap).

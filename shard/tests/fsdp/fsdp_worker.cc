@@ -3,7 +3,8 @@
 //
 //   fsdp_worker train <stage 0-3|plain> <micro-batches per step G> <steps> <out.safetensors>
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
-//               [--keep-after-forward] [--no-overlap] [--save-at K DIR] [--resume DIR --start K]
+//               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
+//               [--resume DIR --start K]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -56,6 +57,7 @@ struct Opts {
   std::string stage, out, wrap = "transformer";
   int64_t G = 4, steps = 3;
   bool bf16 = false, checkpointing = false, keep_after_forward = false, overlap = true;
+  bool no_sync = false;  // sync only the last micro-batch of a step
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
   std::string save_dir, resume_dir;
@@ -116,6 +118,7 @@ int train(const Opts& o) {
     for (int64_t j = 0; j < o.G / W; ++j) {
       auto [x, y] = micro_batch(s, j * W + rank);
       auto scope = autocast();
+      sm.set_gradient_sync(!o.no_sync || j == o.G / W - 1);
       loss += ce.forward(sm.forward(x), y).item();
       sm.backward(ce.backward());
     }
@@ -195,6 +198,8 @@ int run(int argc, char** argv) {
       o.keep_after_forward = true;
     else if (a == "--no-overlap")
       o.overlap = false;
+    else if (a == "--no-sync")
+      o.no_sync = true;
     else if (a == "--clip" && i + 1 < argc)
       o.clip = std::stod(argv[++i]);
     else if (a == "--wrap" && i + 1 < argc)

@@ -91,6 +91,15 @@ class ShardedModel {
   Tensor forward(const Tensor& x);
   Tensor backward(const Tensor& grad_output);
 
+  // no_sync (DDP / FSDP; the seed's GradientAccumulationPlugin sync_each_batch = false): with
+  // sync off, a unit's backward leaves its gradient in the parameters' grad() (accumulating
+  // over micro-batches, full size, on every rank) instead of reducing it; the next backward
+  // with sync on reduces the accumulated gradient as one contribution. One collective per
+  // unit per step instead of per micro-batch, but the bits then depend on the world size
+  // (the fold sees per-rank sums): the faster, non-identical mode of docs/sharding.md.
+  void set_gradient_sync(bool sync);
+  bool gradient_sync() const;
+
   // Ends the step's accumulation: the reduced gradient times `scale` becomes the gradient of
   // optimizer_parameters() (stage 0: every rank gets the whole gradient, by an all_gather of
   // the reduced shards). Starts the next accumulation.
