@@ -307,6 +307,7 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
     for (int p = 0; p < n_; ++p) {
       const uint32_t aborted = seg_->control(p).aborted.load(std::memory_order_acquire);
       if (p != me_ && aborted != 0) {
+        if (reached(word.load(std::memory_order_acquire))) return;  // as below, for an exit
         fail_wait(c, ErrorKind::kPeerLost,
                   "group rank " + std::to_string(p) + " (world rank " +
                       std::to_string(context_.global_ranks[p]) + ") left the group after a " +
@@ -316,6 +317,9 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
     }
     const int32_t pid = seg_->control(peer).pid.load(std::memory_order_acquire);
     if (!watch_.alive(peer, pid)) {
+      // The peer may have published this step and then exited (a rank leaving a barrier it
+      // completed) between the load above and the liveness check: look once more.
+      if (reached(word.load(std::memory_order_acquire))) return;
       fail_wait(c, ErrorKind::kPeerLost,
                 "the process of group rank " + std::to_string(peer) + " (pid " +
                     std::to_string(pid) + ") has exited",
