@@ -12,6 +12,8 @@
 #include "braid/shard/fsdp.h"
 
 #include <cmath>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "braid/core/error.h"
@@ -59,12 +61,16 @@ void ShardedModel::Impl::drain() {
 // Submits the unit's all_gather into a new flat buffer unless one is pending or done.
 void ShardedModel::Impl::issue_gather(UnitState& s) {
   if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
-  Tensor flat = Tensor::empty({s.unit->padded}, DType::kF32);
+  const DType dt = options.param_dtype;
+  Tensor flat = Tensor::empty({s.unit->padded}, dt);
   Tensor shard = s.shard_param;
   auto group = comm;
   s.pending_flat = flat;
-  s.gather_op = submit("all_gather of unit '" + s.unit->name + "'",
-                       [group, flat, shard]() mutable { group->all_gather_into(flat, shard); });
+  s.gather_op =
+      submit("all_gather of unit '" + s.unit->name + "'", [group, flat, shard, dt]() mutable {
+        Tensor low = shard.dtype() == dt ? shard : shard.to(dt);
+        group->all_gather_into(flat, low);
+      });
 }
 
 // Gathering is idempotent and release is final: a unit's forward can run twice before its
@@ -94,6 +100,12 @@ void ShardedModel::Impl::prefetch_after(size_t unit, const std::vector<size_t>& 
   }
 }
 
+// Stages 1-2: the unit's full parameters from every rank's f32 shard, in param_dtype.
+void ShardedModel::Impl::gather_into_flat(UnitState& s) {
+  const DType dt = options.param_dtype;
+  comm->all_gather_into(s.flat, s.shard_param.dtype() == dt ? s.shard_param : s.shard_param.to(dt));
+}
+
 // A prefetched gather holds parameters from before the optimizer step: wait for it and drop it.
 void ShardedModel::Impl::drop_prefetches() {
   for (auto& s : states) {
@@ -110,18 +122,18 @@ void ShardedModel::Impl::drop_prefetches() {
 // Packing happens here; the collective and the fold run on the communication thread, which
 // alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
-  Tensor g = Tensor::zeros({s.unit->padded}, DType::kF32);
+  Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype);
   for (auto& up : s.unit->params) {
     Tensor& grad = up.param.grad();
     if (grad.defined()) {
-      g.narrow(0, up.offset, up.numel).copy_(grad.reshape({up.numel}));
+      g.narrow(0, up.offset, up.numel).copy_(grad.reshape({up.numel}));  // converts
       grad = Tensor();
     }
   }
   auto group = comm;
   UnitState* state = &s;
   submit("all_to_all of unit '" + s.unit->name + "'", [group, g, state]() mutable {
-    Tensor blocks = Tensor::empty({state->unit->padded}, DType::kF32);
+    Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype());
     group->all_to_all(blocks, g);
     const int64_t count = state->shard.count;
     for (int r = 0; r < group->size(); ++r) {
@@ -148,6 +160,16 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   impl_->comm = impl_->pg->new_group(all);
   units_ = make_units(*model_, options_.wrap, world);
 
+  for (DType dt : {options_.param_dtype, options_.reduce_dtype}) {
+    BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
+                "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
+                dtype_name(dt));
+  }
+  BRAID_CHECK(options_.stage != ZeroStage::k0 ||
+                  (options_.param_dtype == DType::kF32 && options_.reduce_dtype == DType::kF32),
+              kInvalidArgument,
+              "ShardedModel: stage 0 keeps the model's own f32 parameters; param_dtype / "
+              "reduce_dtype other than f32 need stage 1-3 (or autocast)");
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
@@ -183,8 +205,8 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (options_.stage == ZeroStage::k3) {
         release_params(s);
       } else {
-        s.flat = flat;
-        point_params_at(s, flat);
+        s.flat = options_.param_dtype == DType::kF32 ? flat : flat.to(options_.param_dtype);
+        point_params_at(s, s.flat);
       }
     }
     Impl* impl = impl_.get();
@@ -252,7 +274,7 @@ void ShardedModel::finish_gradients(double scale) {
   for (auto& s : impl_->states) {
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
-    Tensor g = braid::scale(s.acc, scale);
+    Tensor g = braid::scale(s.acc.dtype() == DType::kF32 ? s.acc : s.acc.to(DType::kF32), scale);
     s.acc = Tensor();
     if (options_.stage == ZeroStage::k0) {
       Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
@@ -280,7 +302,7 @@ void ShardedModel::after_step() {
   impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
   if (options_.stage != ZeroStage::k1 && options_.stage != ZeroStage::k2) return;
-  for (auto& s : impl_->states) impl_->comm->all_gather_into(s.flat, s.shard_param);
+  for (auto& s : impl_->states) impl_->gather_into_flat(s);
 }
 
 double ShardedModel::clip_grad_norm_(double max_norm) {
@@ -337,39 +359,100 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
   return norm;
 }
 
+// Stages 1-3 read the f32 master shards (param_dtype copies would lose bits); stage 0 the
+// model's own parameters. Names as state_dict(): every name of a tied parameter, then buffers.
 NamedTensors ShardedModel::full_state_dict() {
   impl_->drain();
-  for (auto& s : impl_->states) impl_->gather(s);
+  if (options_.stage == ZeroStage::k0) {
+    NamedTensors out;
+    for (auto& [name, t] : model_->state_dict()) out.emplace_back(name, t.clone());
+    return out;
+  }
+  std::map<const void*, Tensor> whole;  // parameter handle -> full f32 value
+  for (auto& s : impl_->states) {
+    Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
+    impl_->comm->all_gather_into(full, s.shard_param);
+    for (auto& up : s.unit->params) {
+      whole[up.param.id()] = full.narrow(0, up.offset, up.numel).view(up.shape).clone();
+    }
+  }
   NamedTensors out;
-  for (auto& [name, t] : model_->state_dict()) out.emplace_back(name, t.clone());
-  for (auto& s : impl_->states) impl_->release(s);
+  std::set<std::string> param_names;
+  for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
+    param_names.insert(name);
+    auto it = whole.find(p.id());
+    out.emplace_back(name, it != whole.end() ? it->second : p.data().clone());  // ignored modules
+  }
+  for (auto& [name, t] : model_->state_dict()) {
+    if (!param_names.count(name)) out.emplace_back(name, t.clone());
+  }
   return out;
 }
 
 void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   impl_->drain();
   impl_->drop_prefetches();
-  for (auto& s : impl_->states) impl_->gather(s);
-  try {
+  if (options_.stage == ZeroStage::k0) {
     model_->load_state_dict(state);
-  } catch (...) {
-    for (auto& s : impl_->states) impl_->release(s);
-    throw;
+    return;
   }
+  std::map<std::string, const Tensor*> given;
+  for (auto& [name, t] : state) given[name] = &t;
+  // Every name of each unit parameter (tied ones have several); one of them must be given.
+  std::map<const void*, std::vector<std::string>> names_of;
+  for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
+    names_of[p.id()].push_back(name);
+  }
+  std::set<std::string> used;
+  std::vector<std::pair<UnitState*, std::pair<const UnitParam*, const Tensor*>>> plan;
   for (auto& s : impl_->states) {
-    if (options_.stage != ZeroStage::k0) {
-      s.shard_param.copy_(s.flat.narrow(0, s.shard.offset, s.shard.count));
+    for (auto& up : s.unit->params) {
+      const Tensor* src = nullptr;
+      for (auto& n : names_of[up.param.id()]) {
+        auto it = given.find(n);
+        if (it != given.end()) {
+          src = it->second;
+          used.insert(n);
+        }
+      }
+      BRAID_CHECK(src != nullptr, kInvalidArgument, "ShardedModel::load_full_state_dict: missing '",
+                  up.name, "'");
+      BRAID_CHECK(src->shape() == up.shape, kInvalidArgument,
+                  "ShardedModel::load_full_state_dict: '", up.name, "' has shape ",
+                  shape_str(src->shape()), ", the model expects ", shape_str(up.shape));
+      plan.push_back({&s, {&up, src}});
     }
-    impl_->release(s);
+  }
+  // The rest (parameters of ignored modules, buffers) goes through the model; it must know
+  // every remaining name.
+  NamedTensors rest;
+  for (auto& [name, t] : state) {
+    if (!used.count(name)) rest.emplace_back(name, t);
+  }
+  const nn::LoadResult r = model_->load_state_dict(rest, /*strict=*/false);
+  BRAID_CHECK(r.unexpected_keys.empty(), kInvalidArgument,
+              "ShardedModel::load_full_state_dict: unexpected key '",
+              r.unexpected_keys.empty() ? std::string() : r.unexpected_keys.front(), "'");
+  for (auto& [sp, item] : plan) {
+    const UnitState& s = *sp;
+    const UnitParam& up = *item.first;
+    const int64_t lo = std::max(up.offset, s.shard.offset);
+    const int64_t hi = std::min(up.offset + up.numel, s.shard.end());
+    if (hi <= lo) continue;
+    s.shard_param.narrow(0, lo - s.shard.offset, hi - lo)
+        .copy_(item.second->reshape({up.numel}).narrow(0, lo - up.offset, hi - lo));
+  }
+  if (options_.stage != ZeroStage::k3) {
+    for (auto& s : impl_->states) impl_->gather_into_flat(s);
   }
 }
 
 int64_t ShardedModel::held_bytes() const {
   int64_t n = 0;
   for (auto& s : impl_->states) {
-    if (s.flat.defined()) n += s.flat.numel() * 4;
-    if (s.shard_param.defined()) n += s.shard_param.numel() * 4;
-    if (s.acc.defined()) n += s.acc.numel() * 4;
+    if (s.flat.defined()) n += static_cast<int64_t>(s.flat.nbytes());
+    if (s.shard_param.defined()) n += static_cast<int64_t>(s.shard_param.nbytes());
+    if (s.acc.defined()) n += static_cast<int64_t>(s.acc.nbytes());
   }
   return n;
 }

@@ -143,7 +143,7 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
       continue;
     }
     s.shard_param.copy_(read_unit("", s, false));
-    if (options_.stage != ZeroStage::k3) impl_->pg->all_gather_into(s.flat, s.shard_param);
+    if (options_.stage != ZeroStage::k3) impl_->gather_into_flat(s);
   }
   if (optimizer == nullptr) return;
 

@@ -14,10 +14,10 @@ namespace braid::shard {
 struct UnitState {
   Unit* unit = nullptr;
   ShardInfo shard;
-  Tensor flat;         // [padded] f32 full parameters (stages 1-2 always; 3 while gathered)
+  Tensor flat;         // [padded] param_dtype full parameters (stages 1-2; 3 while gathered)
   Tensor shard_param;  // [count] f32: the optimizer's parameter (stages 1-3)
   nn::Parameter opt_param;
-  Tensor acc;  // [count] f32 fold accumulator of the current step (undefined: none yet)
+  Tensor acc;  // [count] reduce_dtype fold accumulator of the step (undefined: none yet)
   bool gathered = false;
   // Stage 3 with overlap: an all_gather submitted ahead of use (prefetch) into pending_flat.
   std::shared_ptr<CommQueue::Op> gather_op;
@@ -48,6 +48,7 @@ struct ShardedModel::Impl {
   void reduce(UnitState& s);
   void prefetch_after(size_t unit, const std::vector<size_t>& order);
   void drop_prefetches();
+  void gather_into_flat(UnitState& s);
 };
 
 }  // namespace braid::shard

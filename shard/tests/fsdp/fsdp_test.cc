@@ -81,6 +81,30 @@ TEST(ShardedModel, StagesZeroToTwoKeepFullParametersAndLoadFullStateDicts) {
   }
 }
 
+TEST(ShardedModel, Bf16ParametersComputeButTheStateDictHoldsTheF32Masters) {
+  for (ZeroStage stage : {ZeroStage::k1, ZeroStage::k3}) {
+    auto gpt = tiny_gpt();
+    NamedTensors before;
+    for (auto& [n, t] : gpt->state_dict()) before.emplace_back(n, t.clone());
+    ShardedModel sm(gpt, one_rank_group(),
+                    {.stage = stage,
+                     .wrap = kBlocks,
+                     .param_dtype = DType::kBF16,
+                     .reduce_dtype = DType::kBF16});
+    Tensor logits = sm.forward(Tensor::from_vector({1, 2, 3}, {1, 3}, DType::kI64));
+    EXPECT_EQ(logits.dtype(), DType::kBF16);
+    sm.backward(Tensor::ones(logits.shape(), DType::kBF16));
+    sm.finish_gradients(1.0);
+    EXPECT_EQ(sm.optimizer_parameters()[0].grad().dtype(), DType::kF32);
+    NamedTensors after = sm.full_state_dict();
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(after[i].second.dtype(), DType::kF32);
+      EXPECT_TRUE(equal(after[i].second, before[i].second)) << after[i].first;
+    }
+  }
+}
+
 TEST(ShardedModel, BadUseIsAnError) {
   auto pg = one_rank_group();
   {
@@ -100,6 +124,14 @@ TEST(ShardedModel, BadUseIsAnError) {
     gpt->get_submodule("transformer.ln_f").param("weight").set_requires_grad(false);
     EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.stage = ZeroStage::k1}); },
                 ::testing::ThrowsMessage<Error>(HasSubstr("does not require grad")));
+  }
+  {
+    auto gpt = tiny_gpt();
+    EXPECT_THAT(
+        [&] { ShardedModel sm(gpt, pg, {.stage = ZeroStage::k0, .param_dtype = DType::kBF16}); },
+        ::testing::ThrowsMessage<Error>(HasSubstr("need stage 1-3")));
+    EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.reduce_dtype = DType::kI32}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("must be f32, bf16 or f16")));
   }
   EXPECT_THROW(zero_stage_from_int(4), Error);
 }

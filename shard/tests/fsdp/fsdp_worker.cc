@@ -4,6 +4,7 @@
 //   fsdp_worker train <stage 0-3|plain> <micro-batches per step G> <steps> <out.safetensors>
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
 //               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
+//               [--param-dtype bf16] [--reduce-dtype bf16]
 //               [--resume DIR --start K]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
@@ -58,6 +59,7 @@ struct Opts {
   int64_t G = 4, steps = 3;
   bool bf16 = false, checkpointing = false, keep_after_forward = false, overlap = true;
   bool no_sync = false;  // sync only the last micro-batch of a step
+  DType param_dtype = DType::kF32, reduce_dtype = DType::kF32;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
   std::string save_dir, resume_dir;
@@ -102,6 +104,8 @@ int train(const Opts& o) {
   so.stage = shard::zero_stage_from_int(std::stoll(o.stage));
   so.reshard_after_forward = !o.keep_after_forward;
   so.overlap = o.overlap;
+  so.param_dtype = o.param_dtype;
+  so.reduce_dtype = o.reduce_dtype;
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
     so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
@@ -200,6 +204,10 @@ int run(int argc, char** argv) {
       o.overlap = false;
     else if (a == "--no-sync")
       o.no_sync = true;
+    else if (a == "--param-dtype" && i + 1 < argc)
+      o.param_dtype = parse_dtype(argv[++i]);
+    else if (a == "--reduce-dtype" && i + 1 < argc)
+      o.reduce_dtype = parse_dtype(argv[++i]);
     else if (a == "--clip" && i + 1 < argc)
       o.clip = std::stod(argv[++i]);
     else if (a == "--wrap" && i + 1 < argc)

@@ -6,7 +6,7 @@
 #   run_fsdp_equivalence.sh BRAID WORKER OUTDIR VARIANT
 # VARIANT: f32 (W 1, 2, 4 x stages 0-3, transformer wrap), mixed (bf16 autocast, clip 0.5,
 # activation checkpointing, size-based wrap; W 1, 2, 4 x stages 0, 2, 3 and stage 3 keeping
-# parameters after forward), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
+# parameters after forward; and bf16 param_dtype / reduce_dtype at stages 1-3), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
 # sharded checkpoint saved at one world size and stage, resumed at others).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
@@ -59,6 +59,18 @@ mixed)
   # The clipped norm printed by every run is the same number.
   norms=$(grep -h "grad norm" "$out"/w*_s*.log | sort -u | wc -l)
   [[ $norms -eq 3 ]] || { grep -h "grad norm" "$out"/w*_s*.log | sort | uniq -c; echo "FAIL: grad norms differ" >&2; exit 1; }
+  # FSDP MixedPrecision: parameters gathered in bf16, gradients exchanged and folded in bf16,
+  # f32 master shards: every world size and stage 1-3 agrees bit for bit.
+  mp=(--param-dtype bf16 --reduce-dtype bf16 --clip 0.5 --checkpointing)
+  for w in 1 2 4; do for s in 1 3; do run "$w" "w${w}_s${s}_bf16_params" "$s" 4 3 "${mp[@]}"; done; done
+  run 2 w2_s2_bf16_params 2 4 3 "${mp[@]}"
+  for r in w1_s3 w2_s1 w2_s3 w2_s2 w4_s1 w4_s3; do same w1_s1_bf16_params "${r}_bf16_params"; done
+  # Against f32 parameters under bf16 autocast, one step: bf16 gradients flip the sign of some
+  # near-zero elements, and Adam's first update is about lr * sign(g), so up to 2 lr (2e-2 of
+  # the largest parameter, 1.0) apart.
+  run 2 w2_s3_bf16_params_one_step 3 4 1 "${mp[@]}"
+  run 2 w2_s3_autocast_one_step 3 4 1 "${opts[@]}"
+  close w2_s3_bf16_params_one_step w2_s3_autocast_one_step 3e-2
   # One step (Adam's first update is about lr * sign(g): a gradient sign flipped by rounding
   # would show as 2 lr; none is, here).
   run 2 w2_s3_one_step 3 4 1 "${opts[@]}"

@@ -48,11 +48,17 @@ ZeroStage zero_stage_from_int(int64_t stage);  // kInvalidArgument unless 0..3
 
 struct ShardingOptions {
   ZeroStage stage = ZeroStage::k3;
-  WrapPolicy wrap;
+  WrapPolicy wrap{};
   // Stage 3: free a unit's full parameters after its forward and gather them again for its
   // backward (FSDP's FULL_SHARD / reshard_after_forward=True), or keep them from the forward
   // to the end of the backward (SHARD_GRAD_OP).
   bool reshard_after_forward = true;
+  // FSDP's MixedPrecision (stages 1-3): the dtype the unit's gathered parameters are held and
+  // computed in (the optimizer still steps f32 master shards), and the dtype gradients are
+  // packed, exchanged and folded in. f32, bf16 or f16; stage 0 supports only f32 (use
+  // autocast there).
+  DType param_dtype = DType::kF32;
+  DType reduce_dtype = DType::kF32;
   // Copy rank 0's parameter values to every rank at construction (sync_module_states).
   bool sync_module_states = true;
   // Run collectives on a communication thread, so gathers and reductions overlap compute
@@ -68,9 +74,9 @@ struct ShardingOptions {
 class ShardedModel {
  public:
   // Takes over the parameters of `model` (every rank passes the same structure). Parameters
-  // must be f32 (mixed precision computes in autocast's dtype). From stage 1 on, each unit's
-  // parameters become views into one flat buffer per unit; at stage 3 that buffer exists only
-  // while the unit is gathered, and the parameters' data() is undefined otherwise.
+  // must be f32 (they become the f32 master shards; param_dtype sets what is gathered). From stage
+  // 1 on, each unit's parameters become views into one flat buffer per unit; at stage 3 that buffer
+  // exists only while the unit is gathered, and the parameters' data() is undefined otherwise.
   ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
                ShardingOptions options = {});
   ~ShardedModel();

@@ -42,11 +42,11 @@ WrapKind parse_wrap_kind(std::string_view name);  // kInvalidArgument lists the 
 
 struct WrapPolicy {
   WrapKind kind = WrapKind::kNoWrap;
-  std::vector<std::string> transformer_cls_names_to_wrap;  // Module::type_name() values
-  int64_t min_num_params = 100'000'000;                    // Accelerate's default (1e8)
+  std::vector<std::string> transformer_cls_names_to_wrap{};  // Module::type_name() values
+  int64_t min_num_params = 100'000'000;                      // Accelerate's default (1e8)
   // Dotted module paths whose parameters no unit takes: they stay whole on every rank and
   // are neither gathered nor reduced (FSDP's ignored_modules); the caller owns them.
-  std::vector<std::string> ignored_modules;
+  std::vector<std::string> ignored_modules{};
 };
 
 struct UnitParam {
