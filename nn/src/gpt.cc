@@ -122,6 +122,48 @@ Block& GPT::block(int64_t i) {
   return h_->at<Block>(static_cast<size_t>(i));
 }
 
+void GPT::init_weights_range(const Generator& gen, const std::string& name, int64_t offset,
+                             int64_t count, float* dst) {
+  const double std_proj =
+      cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  const auto ends_with = [](const std::string& s, std::string_view tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  // The word offset each drawn parameter starts at, as init_weights advances the generator: an
+  // f32 normal draw of n elements reads 2 ceil(n / 2) words, rounded up to a block of 4.
+  uint64_t words = gen.offset();
+  for (auto& [pname, p] : named_parameters()) {
+    const int64_t n = p.data().numel();
+    const bool is_bias = ends_with(pname, ".bias");
+    const bool is_norm = pname.find(".ln_") != std::string::npos;
+    const bool drawn = !is_bias && !is_norm;
+    if (pname != name) {
+      if (drawn) words += (2 * static_cast<uint64_t>((n + 1) / 2) + 3) / 4 * 4;
+      continue;
+    }
+    BRAID_CHECK(offset >= 0 && count >= 0 && offset + count <= n, kOutOfRange,
+                "GPT::init_weights_range: elements [", offset, ", ", offset + count, ") of '", name,
+                "' (", n, " elements)");
+    BRAID_CHECK(p.data().dtype() == DType::kF32, kInvalidArgument, "GPT::init_weights_range: '",
+                name, "' is ", dtype_name(p.data().dtype()), ", expected f32");
+    if (!drawn) {
+      std::fill(dst, dst + count, is_bias ? 0.0f : 1.0f);
+      return;
+    }
+    if (count == 0) return;
+    // Element i uses words 2 (i / 2) and 2 (i / 2) + 1 of the draw; start at a multiple of 4
+    // words (a whole Philox block), i.e. at element offset rounded down to a multiple of 4.
+    const int64_t first = offset / 4 * 4;
+    Generator local(gen.seed());
+    local.set_offset(words + static_cast<uint64_t>(first));
+    const double std = ends_with(name, "c_proj.weight") ? std_proj : cfg_.initializer_range;
+    Tensor values = scale(Tensor::randn({offset + count - first}, DType::kF32, &local), std);
+    std::copy_n(values.data<float>() + (offset - first), count, dst);
+    return;
+  }
+  BRAID_FAIL(kOutOfRange, "GPT::init_weights_range: no parameter '", name, "'");
+}
+
 void GPT::init_weights(Generator& gen) {
   const double std_proj =
       cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));

@@ -36,6 +36,22 @@ bool grad_enabled() {
   return t_grad_enabled;
 }
 
+namespace {
+thread_local int t_empty_weights = 0;  // 0 off, 1 parameters, 2 parameters and buffers
+
+Tensor to_meta(const Tensor& t) {
+  return t.defined() ? Tensor::empty(t.shape(), t.dtype(), kMeta) : t;
+}
+}  // namespace
+
+InitEmptyWeights::InitEmptyWeights(bool include_buffers) : prev_(t_empty_weights) {
+  t_empty_weights = include_buffers ? 2 : 1;
+}
+
+InitEmptyWeights::~InitEmptyWeights() {
+  t_empty_weights = prev_;
+}
+
 NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
   t_grad_enabled = false;
 }
@@ -65,12 +81,14 @@ void Module::check_new_name(const std::string& name, const char* what) const {
 Parameter Module::register_parameter(const std::string& name, Parameter p) {
   check_new_name(name, "parameter");
   BRAID_CHECK(p.defined(), kInvalidArgument, type_name_, ": parameter '", name, "' is undefined");
+  if (t_empty_weights > 0 && !p.data().device().is_meta()) p.data() = to_meta(p.data());
   params_.emplace_back(name, p);
   return p;
 }
 
 Tensor Module::register_buffer(const std::string& name, Tensor t, bool persistent) {
   check_new_name(name, "buffer");
+  if (t_empty_weights > 1) t = to_meta(t);
   buffers_.push_back(BufferEntry{name, t, persistent});
   return t;
 }

@@ -11,6 +11,7 @@
 // communication thread (CommQueue) with overlap, else on the calling thread.
 #include "braid/shard/fsdp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -173,21 +174,57 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
-      BRAID_CHECK(d.defined() && d.dtype() == DType::kF32 && d.device() == kCPU, kInvalidArgument,
-                  "ShardedModel: parameter '", up.name,
-                  "' must be a defined f32 CPU tensor (mixed precision computes in autocast's "
-                  "dtype), got ",
-                  d.defined() ? std::string(dtype_name(d.dtype())) : std::string("undefined"));
+      BRAID_CHECK(d.defined() && d.dtype() == DType::kF32 &&
+                      (d.device() == kCPU || (d.device().is_meta() && options_.param_init)),
+                  kInvalidArgument, "ShardedModel: parameter '", up.name,
+                  "' must be a defined f32 CPU tensor, or on the meta device with "
+                  "ShardingOptions::param_init given; got ",
+                  d.defined() ? std::string(dtype_name(d.dtype())) + " on " + d.device().str()
+                              : std::string("undefined"));
       BRAID_CHECK(up.param.requires_grad() || options_.stage == ZeroStage::k0, kInvalidArgument,
                   "ShardedModel: parameter '", up.name,
                   "' does not require grad; frozen parameters inside a sharded unit are not "
                   "supported (put their module in WrapPolicy::ignored_modules)");
+      if (d.device().is_meta()) {
+        // Materialized below from param_init, the same values on every rank: no broadcast.
+        // Stage 0 needs the whole parameter; stages 1-3 only this rank's shard (stage 3 never
+        // holds the whole model).
+        if (options_.stage == ZeroStage::k0) {
+          Tensor t = Tensor::empty(up.shape, DType::kF32);
+          options_.param_init(up.name, 0, up.numel, t.data<float>());
+          up.param.data() = t;
+        }
+        continue;
+      }
       if (!d.is_contiguous()) up.param.data() = d.contiguous();
       if (options_.sync_module_states) impl_->comm->broadcast(up.param.data(), 0);
     }
   }
 
   impl_->states.resize(units_.size());
+  // Every shard first, then the parameters are repointed or released: param_init may look at
+  // the whole model (shapes), which must still be intact.
+  for (size_t i = 0; i < units_.size() && options_.stage != ZeroStage::k0; ++i) {
+    UnitState& s = impl_->states[i];
+    Unit& u = units_[i];
+    s.unit = &u;
+    s.shard = u.shard(rank, world);
+    // This rank's f32 shard: from the parameters, or from param_init for meta ones.
+    s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32);
+    for (auto& up : u.params) {
+      const int64_t lo = std::max(up.offset, s.shard.offset);
+      const int64_t hi = std::min(up.offset + up.numel, s.shard.end());
+      const bool meta = up.param.data().device().is_meta();
+      if (hi <= lo) continue;
+      float* dst = s.shard_param.data<float>() + (lo - s.shard.offset);
+      if (meta) {
+        options_.param_init(up.name, lo - up.offset, hi - lo, dst);
+      } else {
+        s.shard_param.narrow(0, lo - s.shard.offset, hi - lo)
+            .copy_(up.param.data().reshape({up.numel}).narrow(0, lo - up.offset, hi - lo));
+      }
+    }
+  }
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& s = impl_->states[i];
     Unit& u = units_[i];
@@ -196,16 +233,12 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     if (options_.stage == ZeroStage::k0) {
       for (auto& up : u.params) impl_->stage0_params.push_back(up.param);
     } else {
-      Tensor flat = Tensor::zeros({u.padded}, DType::kF32);
-      for (auto& up : u.params) {
-        flat.narrow(0, up.offset, up.numel).copy_(up.param.data().reshape({up.numel}));
-      }
-      s.shard_param = flat.narrow(0, s.shard.offset, s.shard.count).clone();
       s.opt_param = nn::Parameter(s.shard_param);
       if (options_.stage == ZeroStage::k3) {
         release_params(s);
       } else {
-        s.flat = options_.param_dtype == DType::kF32 ? flat : flat.to(options_.param_dtype);
+        s.flat = Tensor::empty({u.padded}, options_.param_dtype);
+        impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
         point_params_at(s, s.flat);
       }
     }

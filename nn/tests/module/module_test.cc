@@ -266,3 +266,27 @@ TEST(Layer, CheckpointingRecomputesWithTheSameRandomNumbersAndTheSameGradients) 
 
 }  // namespace
 }  // namespace braid::nn
+
+namespace braid::nn {
+namespace {
+
+TEST(InitEmptyWeights, ParametersAreMetaInsideTheScopeAndRealAfter) {
+  std::shared_ptr<Net> empty, real;
+  {
+    InitEmptyWeights scope;
+    empty = std::make_shared<Net>();
+  }
+  real = std::make_shared<Net>();
+  EXPECT_TRUE(empty->a->param("w").data().device().is_meta());
+  EXPECT_EQ(empty->a->param("w").data().shape(), (Shape{2}));
+  EXPECT_EQ(empty->num_parameters(), 4);
+  EXPECT_FALSE(empty->buffer("steps").device().is_meta());  // buffers only with include_buffers
+  EXPECT_EQ(real->a->param("w").data().device(), kCPU);
+  {
+    InitEmptyWeights scope(/*include_buffers=*/true);
+    EXPECT_TRUE(std::make_shared<Net>()->buffer("steps").device().is_meta());
+  }
+}
+
+}  // namespace
+}  // namespace braid::nn

@@ -4,7 +4,7 @@
 //   fsdp_worker train <stage 0-3|plain> <micro-batches per step G> <steps> <out.safetensors>
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
 //               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
-//               [--param-dtype bf16] [--reduce-dtype bf16]
+//               [--param-dtype bf16] [--reduce-dtype bf16] [--meta-init]
 //               [--resume DIR --start K]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
@@ -60,6 +60,7 @@ struct Opts {
   bool bf16 = false, checkpointing = false, keep_after_forward = false, overlap = true;
   bool no_sync = false;  // sync only the last micro-batch of a step
   DType param_dtype = DType::kF32, reduce_dtype = DType::kF32;
+  bool meta_init = false;  // build under InitEmptyWeights, materialize shards by param_init
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
   std::string save_dir, resume_dir;
@@ -68,9 +69,15 @@ struct Opts {
 int train(const Opts& o) {
   nn::GPTConfig cfg = config();
   cfg.activation_checkpointing = o.checkpointing;
-  auto gpt = std::make_shared<nn::GPT>(cfg);
+  std::shared_ptr<nn::GPT> gpt;
   Generator init(42);
-  gpt->init_weights(init);
+  if (o.meta_init) {
+    nn::InitEmptyWeights empty;
+    gpt = std::make_shared<nn::GPT>(cfg);
+  } else {
+    gpt = std::make_shared<nn::GPT>(cfg);
+    gpt->init_weights(init);
+  }
   const nn::OptimizerOptions adam{.lr = 1e-2, .weight_decay = 0.1};
   nn::CrossEntropyLoss ce;
   const auto autocast = [&] {
@@ -105,6 +112,13 @@ int train(const Opts& o) {
   so.reshard_after_forward = !o.keep_after_forward;
   so.overlap = o.overlap;
   so.param_dtype = o.param_dtype;
+  if (o.meta_init) {
+    nn::GPT* raw = gpt.get();
+    so.param_init = [raw, &init](const std::string& name, int64_t offset, int64_t count,
+                                 float* dst) {
+      raw->init_weights_range(init, name, offset, count, dst);
+    };
+  }
   so.reduce_dtype = o.reduce_dtype;
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
@@ -204,6 +218,8 @@ int run(int argc, char** argv) {
       o.overlap = false;
     else if (a == "--no-sync")
       o.no_sync = true;
+    else if (a == "--meta-init")
+      o.meta_init = true;
     else if (a == "--param-dtype" && i + 1 < argc)
       o.param_dtype = parse_dtype(argv[++i]);
     else if (a == "--reduce-dtype" && i + 1 < argc)

@@ -31,6 +31,14 @@ case $variant in
 f32)
   for w in 1 2 4; do for s in 0 1 2 3; do run "$w" "w${w}_s${s}" "$s" 4 3; done; done
   for w in 1 2 4; do for s in 0 1 2 3; do [[ "w${w}_s${s}" == w1_s0 ]] || same w1_s0 "w${w}_s${s}"; done; done
+  # Built on the meta device and materialized shard by shard (GPT::init_weights_range): the
+  # same bits as a whole initialization.
+  run 4 w4_s3_meta 3 4 3 --meta-init
+  run 1 w1_s0_meta 0 4 3 --meta-init
+  run 2 w2_s1_meta 1 4 3 --meta-init
+  same w1_s0 w4_s3_meta
+  same w1_s0 w1_s0_meta
+  same w1_s0 w2_s1_meta
   # Collectives on the calling thread instead of the communication thread: the same bits.
   run 4 w4_s3_no_overlap 3 4 3 --no-overlap
   run 2 w2_s0_no_overlap 0 4 3 --no-overlap

@@ -112,6 +112,16 @@ class GPT : public Layer {
   // N(0, initializer_range / sqrt(2 n_layer)); drawn from `gen` in named_parameters() order.
   void init_weights(Generator& gen);
 
+  // What init_weights(gen) writes into elements [offset, offset + count) of the f32 parameter
+  // `name` (row-major), computed for that range alone: the Philox stream is positional, so the
+  // range's normals are drawn at their own offset (docs/rng.md). `gen` is the generator in the
+  // state init_weights would start from; it is not advanced. With it each rank initializes
+  // only its shards of a model built under InitEmptyWeights, with the bits of a whole
+  // initialization (shard::ShardingOptions::param_init). kOutOfRange for an unknown name or a
+  // range outside the parameter.
+  void init_weights_range(const Generator& gen, const std::string& name, int64_t offset,
+                          int64_t count, float* dst);
+
   Block& block(int64_t i);
   int64_t num_blocks() const { return cfg_.n_layer; }
 

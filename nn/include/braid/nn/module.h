@@ -48,6 +48,22 @@ class NoGradGuard {
   bool prev_;
 };
 
+// The seed's init_empty_weights (Accelerate's big-model utilities): while one is alive on a
+// thread, parameters registered on that thread become tensors of the same shape and dtype on
+// the meta device (no memory; the constructor's own values are dropped at once), so a model
+// of any size can be built to size it or to be materialized shard by shard
+// (shard::ShardingOptions::param_init). With include_buffers, buffers too.
+class InitEmptyWeights {
+ public:
+  explicit InitEmptyWeights(bool include_buffers = false);
+  ~InitEmptyWeights();
+  InitEmptyWeights(const InitEmptyWeights&) = delete;
+  InitEmptyWeights& operator=(const InitEmptyWeights&) = delete;
+
+ private:
+  int prev_;
+};
+
 // ---- hooks ---------------------------------------------------------------------------------
 
 // Called around a Layer's forward and backward; sharding (FSDP units) gathers parameters in

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,14 @@ struct ShardingOptions {
   DType reduce_dtype = DType::kF32;
   // Copy rank 0's parameter values to every rank at construction (sync_module_states).
   bool sync_module_states = true;
+  // zero3_init_flag / cpu_ram_efficient_loading: for parameters on the meta device (a model
+  // built under nn::InitEmptyWeights), the values of elements [offset, offset + count) of
+  // parameter `name`, row-major, written to dst. Each rank asks only for its own shards
+  // (stage 0: whole parameters), so a stage-3 model is never whole on any rank; e.g.
+  // GPT::init_weights_range gives the bits of GPT::init_weights. Alternatively build with
+  // zeros and load_checkpoint.
+  std::function<void(const std::string& name, int64_t offset, int64_t count, float* dst)>
+      param_init{};
   // Run collectives on a communication thread, so gathers and reductions overlap compute
   // (off: every collective runs on the calling thread). The bits are the same either way.
   bool overlap = true;
