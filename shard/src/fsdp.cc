@@ -15,9 +15,12 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 #include <utility>
 
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
+#include "braid/core/thread_pool.h"
 #include "braid/tensor/ops.h"
 #include "fsdp_impl.h"
 
@@ -148,6 +151,19 @@ void ShardedModel::Impl::reduce(UnitState& s) {
   });
 }
 
+namespace {
+
+// ShardingOptions::overlap's automatic choice: a communication thread pays off only when a
+// core is free for it.
+bool use_overlap(const ShardingOptions& o) {
+  if (o.overlap.has_value()) return *o.overlap;
+  const int64_t local_ranks = get_env_int("LOCAL_WORLD_SIZE", 1);
+  const int64_t cpus = static_cast<int64_t>(std::thread::hardware_concurrency());
+  return cpus > local_ranks * get_num_threads();
+}
+
+}  // namespace
+
 ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
                            ShardingOptions options)
     : model_(std::move(model)), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
@@ -271,7 +287,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     };
     u.layer->set_hooks(std::move(hooks));
   }
-  if (options_.overlap) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
+  if (use_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
 ShardedModel::~ShardedModel() {

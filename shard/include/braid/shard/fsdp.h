@@ -27,6 +27,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,10 @@ struct ShardingOptions {
       param_init{};
   // Run collectives on a communication thread, so gathers and reductions overlap compute
   // (off: every collective runs on the calling thread). The bits are the same either way.
-  bool overlap = true;
+  // Unset: on when this node has more CPUs than its ranks' intra-op threads
+  // (LOCAL_WORLD_SIZE x get_num_threads()); with one rank per core the thread only takes
+  // compute time (measured: docs/performance.md, "Sharding step").
+  std::optional<bool> overlap{};
   // With overlap, stage 3: while a unit computes, gather the next unit of the forward order
   // (FSDP's forward_prefetch) and of the backward order (BACKWARD_PRE); the orders are those
   // of the first pass. At most one unit ahead is gathered (limit_all_gathers).
