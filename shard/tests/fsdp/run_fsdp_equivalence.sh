@@ -107,6 +107,10 @@ resume)
   same ref w2_s1_resumed
   same ref w1_s0_resumed
   same ref w4_s2_resumed
+  # And the reverse: saved at W 2 / stage 1, resumed at W 4 / stage 3.
+  run 2 w2_s1_saving 1 4 4 --save-at 2 "$out/ckpt2"
+  run 4 w4_s3_resumed 3 4 4 --resume "$out/ckpt2" --start 2
+  same ref w4_s3_resumed
   ;;
 *)
   echo "run_fsdp_equivalence.sh: unknown variant $variant" >&2
