@@ -6,14 +6,10 @@
 #include <limits>
 #include <vector>
 
-#include "braid/amp/autocast.h"
-#include "braid/kernels/cpu.h"
 #include "braid/nn/gpt.h"
 
 namespace braid::nn {
 namespace {
-
-namespace kc = braid::kernels::cpu;
 
 // Residual sums keep the stream's dtype (f32 under autocast, as torch promotes bf16 + f32).
 Tensor add_as(const Tensor& a, const Tensor& b) {
@@ -22,14 +18,6 @@ Tensor add_as(const Tensor& a, const Tensor& b) {
 
 struct BlockCtx {
   DType attn_out, mlp_out;  // dtypes of the two branches' outputs
-};
-
-struct HeadCtx {
-  Tensor h;  // ln_f's output [B * T, d] in the head's compute dtype, contiguous
-  Shape h_shape;
-  DType h_dtype;  // ln_f's output dtype (the gradient goes back in it)
-  DType compute;
-  int64_t batch, seq;
 };
 
 }  // namespace
@@ -111,9 +99,14 @@ GPT::GPT(const GPTConfig& cfg) : Layer("GPT2LMHeadModel"), cfg_(cfg) {
   ln_f_ = transformer->register_module(
       "ln_f",
       std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon, Bias::kYes, cfg.dtype));
-  // The head's weight is wte's Parameter handle: one tensor, one gradient (tied).
-  lm_head_ = register_module("lm_head", std::make_shared<Module>("Linear"));
-  lm_head_->register_parameter("weight", wte_->weight());
+  // The head is a Linear ([vocab, d], torch's layout, no bias) whose weight is wte's Parameter
+  // handle: one tensor, one gradient (tied). Its own initial weight is drawn from a private
+  // generator (the default one is not advanced) and dropped.
+  Generator unused(0);
+  lm_head_ = register_module("lm_head",
+                             std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
+                                                      WeightLayout::kOutIn, cfg.dtype, &unused));
+  lm_head_->set_parameter("weight", wte_->weight());
 }
 
 Block& GPT::block(int64_t i) {
@@ -207,82 +200,13 @@ Tensor GPT::forward_impl(const Tensor& ids) {
   for (int64_t i = 0; i < cfg_.n_layer; ++i) h = block(i).forward(h);
   h = ln_f_->forward(h);
 
-  // logits = h wte^T in autocast's matmul dtype.
-  const DType compute = amp::autocast_dtype(amp::OpCategory::kMatmul, h.dtype());
-  Tensor w = amp::autocast_cast(wte_->weight().data(), amp::OpCategory::kMatmul);
-  if (w.dtype() != compute) w = w.to(compute);
-  w = w.contiguous();
-  const int64_t rows = batch * seq, d = cfg_.n_embd, v = cfg_.vocab_size;
-  const Tensor hc = h.to(compute).contiguous().view({rows, d});
-  Tensor logits = Tensor::empty({batch, seq, v}, compute);
-  if (rows > 0) {
-    kc::GemmArgs g;
-    g.trans_b = kc::Trans::kYes;
-    g.m = rows;
-    g.n = v;
-    g.k = d;
-    g.a = hc.data_ptr();
-    g.lda = d;
-    g.b = w.data_ptr();
-    g.ldb = d;
-    g.c = logits.data_ptr();
-    g.ldc = v;
-    g.ab_dtype = g.c_dtype = compute;
-    kc::gemm(g);
-  }
-  save_for_backward(HeadCtx{hc, h.shape(), h.dtype(), compute, batch, seq});
+  // The head: logits = h wte^T, a Linear in autocast's matmul dtype.
+  Tensor logits = lm_head_->forward(h);
   return logits;
 }
 
 Tensor GPT::backward_impl(const Tensor& grad_output) {
-  HeadCtx ctx = pop_saved<HeadCtx>();
-  const int64_t rows = ctx.batch * ctx.seq, d = cfg_.n_embd, v = cfg_.vocab_size;
-  BRAID_CHECK(grad_output.defined() && grad_output.shape() == Shape({ctx.batch, ctx.seq, v}),
-              kInvalidArgument, "GPT: gradient of the logits must be [", ctx.batch, ", ", ctx.seq,
-              ", ", v, "], got ",
-              grad_output.defined() ? shape_str(grad_output.shape()) : std::string("undefined"));
-  const DType compute = ctx.compute;
-  const Tensor dl = grad_output.to(compute).contiguous();
-  Parameter& weight = wte_->weight();
-  const Tensor w = weight.data().to(compute).contiguous();
-
-  // The head: d wte += dl^T h (accumulated in f32 for 16-bit data); dh = dl wte.
-  if (weight.requires_grad()) {
-    Tensor dw = Tensor::zeros({v, d}, compute == DType::kF64 ? DType::kF64 : DType::kF32);
-    if (rows > 0) {
-      kc::GemmArgs g;
-      g.trans_a = kc::Trans::kYes;
-      g.m = v;
-      g.n = d;
-      g.k = rows;
-      g.a = dl.data_ptr();
-      g.lda = v;
-      g.b = ctx.h.data_ptr();
-      g.ldb = d;
-      g.c = dw.data_ptr();
-      g.ldc = d;
-      g.ab_dtype = compute;
-      g.c_dtype = dw.dtype();
-      kc::gemm(g);
-    }
-    accumulate_grad(weight, dw);
-  }
-  Tensor dh = Tensor::empty({rows, d}, compute);
-  if (rows > 0) {
-    kc::GemmArgs g;
-    g.m = rows;
-    g.n = d;
-    g.k = v;
-    g.a = dl.data_ptr();
-    g.lda = v;
-    g.b = w.data_ptr();
-    g.ldb = d;
-    g.c = dh.data_ptr();
-    g.ldc = d;
-    g.ab_dtype = g.c_dtype = compute;
-    kc::gemm(g);
-  }
-  Tensor g = ln_f_->backward(dh.view(ctx.h_shape).to(ctx.h_dtype));
+  Tensor g = ln_f_->backward(lm_head_->backward(grad_output));
   for (int64_t i = cfg_.n_layer - 1; i >= 0; --i) g = block(i).backward(g);
   g = drop_->backward(g);
   // tok + pos broadcast pos over the batch: its gradient is the sum over the batch.

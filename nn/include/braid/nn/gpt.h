@@ -142,7 +142,7 @@ class GPT : public Layer {
   std::shared_ptr<Dropout> drop_;
   std::shared_ptr<ModuleList> h_;
   std::shared_ptr<LayerNorm> ln_f_;
-  std::shared_ptr<Module> lm_head_;
+  std::shared_ptr<Linear> lm_head_;
 };
 
 // ---- Hugging Face folders (save_pretrained / from_pretrained) ----------------------------------
