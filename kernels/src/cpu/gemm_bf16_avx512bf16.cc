@@ -16,33 +16,15 @@
 #include <cstring>
 
 #include "gemm_impl.h"
+#include "gemm_packed_tile.h"
 
 namespace braid::kernels::cpu::avx512bf16 {
 namespace {
 
-constexpr int64_t kMr = 12, kNr = 32;  // micro-tile: 12 rows x 2 ZMM of f32 accumulators
+constexpr int64_t kMr = kTileRows, kNr = kTileCols;
 constexpr int64_t kKc = 512, kMc = 144, kNc = 2048;  // kc: even, so pairs never straddle slices
 
-class Scratch {
- public:
-  ~Scratch() { std::free(p_); }
-  uint16_t* get(int64_t n) {
-    if (n > cap_) {
-      std::free(p_);
-      cap_ = 0;
-      p_ = static_cast<uint16_t*>(
-          std::aligned_alloc(64, static_cast<size_t>((n * 2 + 63) / 64 * 64)));
-      if (p_ == nullptr) throw_gemm_out_of_memory(n / 2);
-      cap_ = n;
-    }
-    return p_;
-  }
-
- private:
-  uint16_t* p_ = nullptr;
-  int64_t cap_ = 0;
-};
-thread_local Scratch t_apack, t_bpack;
+thread_local PackScratch t_apack, t_bpack;
 
 uint16_t a_at(const GemmCoreBf16& g, int64_t i, int64_t p) {
   return g.trans_a ? g.a[p * g.lda + i] : g.a[i * g.lda + p];
@@ -180,26 +162,7 @@ void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c,
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)ai, (__m512bh)b1);
     }
   }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const bool read_c = !first || beta != 0.0f;
-  const __m512 vc_scale = first ? vb : _mm512_set1_ps(1.0f);
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
-  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
-                       : cols <= 16 ? __mmask16(0)
-                                    : __mmask16((1u << (cols - 16)) - 1u);
-#pragma GCC unroll 12
-  for (int i = 0; i < kMr; ++i) {
-    if (i >= rows) break;
-    float* crow = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]);
-    __m512 r1 = _mm512_mul_ps(va, acc[i][1]);
-    if (read_c) {
-      r0 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m0, crow), r0);
-      r1 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m1, crow + 16), r1);
-    }
-    _mm512_mask_storeu_ps(crow, m0, r0);
-    _mm512_mask_storeu_ps(crow + 16, m1, r1);
-  }
+  store_tile(acc, c, ldc, rows, cols, alpha, beta, first);
 }
 
 }  // namespace
@@ -208,8 +171,8 @@ void bf16gemm_packed(const GemmCoreBf16& g) {
   const int64_t nc_max = g.n < kNc ? (g.n + kNr - 1) / kNr * kNr : kNc;
   const int64_t kc_max = g.k < kKc ? (g.k + 1) / 2 * 2 : kKc;
   const int64_t mc_max = g.m < kMc ? (g.m + kMr - 1) / kMr * kMr : kMc;
-  uint16_t* const bpack = t_bpack.get(kc_max * nc_max);
-  uint16_t* const apack = t_apack.get(kc_max * mc_max);
+  uint16_t* const bpack = t_bpack.get<uint16_t>(kc_max * nc_max);
+  uint16_t* const apack = t_apack.get<uint16_t>(kc_max * mc_max);
   for (int64_t j0 = 0; j0 < g.n; j0 += kNc) {
     const int64_t nc = g.n - j0 < kNc ? g.n - j0 : kNc;
     for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
