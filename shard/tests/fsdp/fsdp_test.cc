@@ -105,6 +105,25 @@ TEST(ShardedModel, Bf16ParametersComputeButTheStateDictHoldsTheF32Masters) {
   }
 }
 
+TEST(ShardedModel, HeldBytesCountFlatBuffersShardsAndAccumulators) {
+  const auto padded_sum = [](const ShardedModel& sm) {
+    int64_t n = 0;
+    for (auto& u : sm.units()) n += u.padded;
+    return n;
+  };
+  auto g3 = tiny_gpt();
+  ShardedModel s3(g3, one_rank_group(), {.stage = ZeroStage::k3, .wrap = kBlocks});
+  EXPECT_EQ(s3.held_bytes(), 4 * padded_sum(s3));  // the f32 shards only (one rank: whole)
+  auto g1 = tiny_gpt();
+  ShardedModel s1(g1, one_rank_group(),
+                  {.stage = ZeroStage::k1, .wrap = kBlocks, .param_dtype = DType::kBF16});
+  EXPECT_EQ(s1.held_bytes(), (2 + 4) * padded_sum(s1));  // bf16 flat + f32 shard
+  Tensor logits = s1.forward(Tensor::from_vector({1, 2}, {1, 2}, DType::kI64));
+  s1.backward(Tensor::ones(logits.shape(), logits.dtype()));
+  s1.finish_gradients(1.0);  // hands the accumulator over: not held any more
+  EXPECT_EQ(s1.held_bytes(), (2 + 4) * padded_sum(s1));
+}
+
 TEST(ShardedModel, BadUseIsAnError) {
   auto pg = one_rank_group();
   {
