@@ -139,16 +139,19 @@ void ShardedModel::Impl::reduce(UnitState& s) {
   submit("all_to_all of unit '" + s.unit->name + "'", [group, g, state]() mutable {
     Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype());
     group->all_to_all(blocks, g);
-    const int64_t count = state->shard.count;
-    for (int r = 0; r < group->size(); ++r) {
-      const Tensor block = blocks.narrow(0, r * count, count);
-      if (!state->acc.defined()) {
-        state->acc = block.clone();
-      } else {
-        axpby_(1.0, block, 1.0, state->acc);
-      }
-    }
+    fold_blocks(blocks, group->size(), state->shard.count, state->acc);
   });
+}
+
+void fold_blocks(const Tensor& blocks, int world, int64_t count, Tensor& acc) {
+  for (int r = 0; r < world; ++r) {
+    const Tensor block = blocks.narrow(0, r * count, count);
+    if (!acc.defined()) {
+      acc = block.clone();
+    } else {
+      axpby_(1.0, block, 1.0, acc);
+    }
+  }
 }
 
 namespace {
@@ -182,11 +185,9 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
                 "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
                 dtype_name(dt));
   }
-  BRAID_CHECK(options_.stage != ZeroStage::k0 ||
-                  (options_.param_dtype == DType::kF32 && options_.reduce_dtype == DType::kF32),
-              kInvalidArgument,
-              "ShardedModel: stage 0 keeps the model's own f32 parameters; param_dtype / "
-              "reduce_dtype other than f32 need stage 1-3 (or autocast)");
+  BRAID_CHECK(options_.deterministic || options_.stage == ZeroStage::k0, kInvalidArgument,
+              "ShardedModel: deterministic = false (all_reduce of buckets) applies to stage 0 "
+              "only; stages 1-3 always use the ordered reduction");
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
@@ -247,16 +248,26 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     s.unit = &u;
     s.shard = u.shard(rank, world);
     if (options_.stage == ZeroStage::k0) {
-      for (auto& up : u.params) impl_->stage0_params.push_back(up.param);
-    } else {
-      s.opt_param = nn::Parameter(s.shard_param);
-      if (options_.stage == ZeroStage::k3) {
-        release_params(s);
-      } else {
-        s.flat = Tensor::empty({u.padded}, options_.param_dtype);
-        impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
-        point_params_at(s, s.flat);
+      for (auto& up : u.params) {
+        if (options_.param_dtype == DType::kF32) {
+          impl_->stage0_params.push_back(up.param);
+          continue;
+        }
+        // The optimizer steps an f32 master; the layers compute with the param_dtype copy.
+        nn::Parameter master(up.param.data().clone());
+        impl_->masters[up.param.id()] = master;
+        impl_->stage0_params.push_back(master);
+        up.param.data() = up.param.data().to(options_.param_dtype);
       }
+      continue;  // stage 0's hooks sit on the parameters' layers (build_buckets)
+    }
+    s.opt_param = nn::Parameter(s.shard_param);
+    if (options_.stage == ZeroStage::k3) {
+      release_params(s);
+    } else {
+      s.flat = Tensor::empty({u.padded}, options_.param_dtype);
+      impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
+      point_params_at(s, s.flat);
     }
     Impl* impl = impl_.get();
     const size_t index = i, root = units_.size() - 1;
@@ -287,11 +298,13 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     };
     u.layer->set_hooks(std::move(hooks));
   }
+  if (options_.stage == ZeroStage::k0) impl_->build_buckets(*model_, units_);
   if (use_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
 ShardedModel::~ShardedModel() {
   for (auto& u : units_) u.layer->set_hooks({});
+  for (auto& [layer, h] : impl_->stage0_hooks) layer->set_hooks({});
   impl_->queue.reset();  // finishes what was submitted, then stops the thread
 }
 
@@ -320,20 +333,16 @@ bool ShardedModel::gradient_sync() const {
 
 void ShardedModel::finish_gradients(double scale) {
   impl_->drain();
+  if (options_.stage == ZeroStage::k0) {
+    impl_->ddp_finish(scale);
+    return;
+  }
   for (auto& s : impl_->states) {
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
     Tensor g = braid::scale(s.acc.dtype() == DType::kF32 ? s.acc : s.acc.to(DType::kF32), scale);
     s.acc = Tensor();
-    if (options_.stage == ZeroStage::k0) {
-      Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
-      impl_->comm->all_gather_into(full, g);
-      for (auto& up : s.unit->params) {
-        up.param.grad() = full.narrow(0, up.offset, up.numel).view(up.shape);
-      }
-    } else {
-      s.opt_param.grad() = g;
-    }
+    s.opt_param.grad() = g;
   }
 }
 
@@ -350,6 +359,15 @@ void ShardedModel::after_step() {
   impl_->drain();
   impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
+  if (options_.stage == ZeroStage::k0) {
+    for (auto& s : impl_->states) {
+      for (auto& up : s.unit->params) {
+        auto it = impl_->masters.find(up.param.id());
+        if (it != impl_->masters.end()) up.param.data().copy_(it->second.data());  // rounds
+      }
+    }
+    return;
+  }
   if (options_.stage != ZeroStage::k1 && options_.stage != ZeroStage::k2) return;
   for (auto& s : impl_->states) impl_->gather_into_flat(s);
 }
@@ -379,10 +397,11 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
       // Every rank holds the whole gradient: the same partials, computed locally.
       Tensor flat = Tensor::zeros({padded}, DType::kF32);
       for (auto& up : s.unit->params) {
-        BRAID_CHECK(up.param.grad().defined(), kInvalidArgument,
+        const nn::Parameter target = impl_->stage0_target(up);
+        BRAID_CHECK(target.grad().defined(), kInvalidArgument,
                     "clip_grad_norm_: call finish_gradients first");
-        flat.narrow(0, up.offset, up.numel).copy_(up.param.grad().reshape({up.numel}));
-        grads.push_back(up.param.grad());
+        flat.narrow(0, up.offset, up.numel).copy_(target.grad().reshape({up.numel}));
+        grads.push_back(target.grad());
       }
       chunk_sums(flat.data<float>(), padded / kChunk, all_partials.data<double>());
     } else {
@@ -413,8 +432,17 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
 NamedTensors ShardedModel::full_state_dict() {
   impl_->drain();
   if (options_.stage == ZeroStage::k0) {
+    // Parameters with a master: the master's f32 value (the param_dtype copy lost bits).
+    std::map<std::string, Tensor> master_values;
+    for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
+      auto it = impl_->masters.find(p.id());
+      if (it != impl_->masters.end()) master_values[name] = it->second.data();
+    }
     NamedTensors out;
-    for (auto& [name, t] : model_->state_dict()) out.emplace_back(name, t.clone());
+    for (auto& [name, t] : model_->state_dict()) {
+      auto it = master_values.find(name);
+      out.emplace_back(name, (it != master_values.end() ? it->second : t).clone());
+    }
     return out;
   }
   std::map<const void*, Tensor> whole;  // parameter handle -> full f32 value
@@ -443,6 +471,16 @@ void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   impl_->drop_prefetches();
   if (options_.stage == ZeroStage::k0) {
     model_->load_state_dict(state);
+    if (impl_->masters.empty()) return;
+    std::map<std::string, const Tensor*> given;
+    for (auto& [name, t] : state) given[name] = &t;
+    for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
+      auto m = impl_->masters.find(p.id());
+      auto g = given.find(name);
+      if (m == impl_->masters.end() || g == given.end()) continue;
+      m->second.data().copy_(*g->second);  // the f32 value, whole
+      p.data().copy_(m->second.data());    // and its param_dtype copy
+    }
     return;
   }
   std::map<std::string, const Tensor*> given;
@@ -503,6 +541,10 @@ int64_t ShardedModel::held_bytes() const {
     if (s.shard_param.defined()) n += static_cast<int64_t>(s.shard_param.nbytes());
     if (s.acc.defined()) n += static_cast<int64_t>(s.acc.nbytes());
   }
+  for (auto& b : impl_->buckets) {
+    if (b.acc.defined()) n += static_cast<int64_t>(b.acc.nbytes());
+  }
+  for (auto& [id, m] : impl_->masters) n += static_cast<int64_t>(m.data().nbytes());
   return n;
 }
 

@@ -64,7 +64,8 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
         const Run r = run_of(up, s.shard);
         if (r.empty()) continue;
         pieces.push_back(Piece{up.name, up.shape, r.lo - up.offset,
-                               up.param.data()
+                               impl_->stage0_target(up)
+                                   .data()
                                    .reshape({up.numel})
                                    .narrow(0, r.lo - up.offset, r.hi - r.lo)
                                    .contiguous()});
@@ -138,7 +139,9 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
     if (stage0) {
       Tensor whole = read_unit("", s, true);
       for (auto& up : s.unit->params) {
-        up.param.data().copy_(whole.narrow(0, up.offset, up.numel).view(up.shape));
+        nn::Parameter target = impl_->stage0_target(up);
+        target.data().copy_(whole.narrow(0, up.offset, up.numel).view(up.shape));
+        if (target.id() != up.param.id()) up.param.data().copy_(target.data());  // param_dtype
       }
       continue;
     }

@@ -2,6 +2,7 @@
 // fsdp_ckpt.cc (sharded checkpoints). Not installed.
 #pragma once
 
+#include <map>
 #include <vector>
 
 #include "braid/comm/process_group.h"
@@ -24,6 +25,23 @@ struct UnitState {
   Tensor pending_flat;
 };
 
+// Stage 0 (DDP): a bucket of parameters reduced together (ddp.cc).
+struct Bucket {
+  struct Entry {
+    const UnitParam* param = nullptr;
+    int64_t offset = 0;  // in the bucket's flat buffer
+  };
+  std::vector<Entry> params;
+  int64_t numel = 0;
+  int64_t padded = 0;   // padded_numel(numel, world)
+  ShardInfo shard;      // this rank's part of the deterministic fold
+  int64_t pending = 0;  // parameters whose gradient this backward has not produced yet
+  bool launched = false;
+  // The step's accumulator in reduce_dtype: [shard.count] of the ordered fold (deterministic),
+  // or [padded] sums of all_reduces (undefined: none yet).
+  Tensor acc;
+};
+
 struct ShardedModel::Impl {
   std::shared_ptr<ProcessGroup> pg;    // the caller's group
   std::shared_ptr<ProcessGroup> comm;  // ShardedModel's own group over the same ranks
@@ -37,6 +55,19 @@ struct ShardedModel::Impl {
   bool in_backward = false;
   bool sync = true;  // set_gradient_sync
 
+  // Stage 0 (ddp.cc).
+  std::vector<Bucket> buckets;
+  struct ParamUse {
+    size_t bucket = 0;
+    int owners = 0;     // Layers that register the parameter (tied: several)
+    int remaining = 0;  // owners whose backward has not ended in this pass
+  };
+  std::map<const void*, ParamUse> uses;          // by Parameter::id()
+  size_t next_bucket = 0;                        // the next bucket to launch in this backward
+  std::map<const void*, nn::Parameter> masters;  // param_dtype != f32: f32 masters by id
+  DType stage0_reduce_dtype = DType::kF32;       // reduce_dtype, or comm_hook's
+  std::vector<std::pair<nn::Layer*, nn::ModuleHooks>> stage0_hooks;
+
   int world() const { return comm->size(); }
   // Runs fn on the communication thread (or here, without overlap).
   std::shared_ptr<CommQueue::Op> submit(std::string what, std::function<void()> fn);
@@ -49,6 +80,22 @@ struct ShardedModel::Impl {
   void prefetch_after(size_t unit, const std::vector<size_t>& order);
   void drop_prefetches();
   void gather_into_flat(UnitState& s);
+
+  // Stage 0 (ddp.cc).
+  void build_buckets(nn::Layer& root, std::vector<Unit>& units);
+  void ddp_begin_backward();
+  void ddp_owner_done(nn::Module& owner);
+  void ddp_end_backward();
+  void launch_buckets(bool flush);
+  void reduce_bucket(Bucket& b);
+  void ddp_finish(double scale);
+  void ddp_broadcast_buffers(nn::Module& root);
+  // The parameter the optimizer steps for a unit parameter at stage 0 (its master, or itself).
+  nn::Parameter stage0_target(const UnitParam& up) const;
 };
+
+// The W blocks of an all_to_all result folded in rank order into acc (acc = acc + block, the
+// operation accumulate_grad uses): Note [Deterministic reduction].
+void fold_blocks(const Tensor& blocks, int world, int64_t count, Tensor& acc);
 
 }  // namespace braid::shard

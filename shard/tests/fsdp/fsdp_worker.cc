@@ -5,7 +5,8 @@
 //               [--wrap transformer|size|none] [--bf16] [--clip NORM] [--checkpointing]
 //               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
 //               [--param-dtype bf16] [--reduce-dtype bf16] [--meta-init]
-//               [--resume DIR --start K]
+//               [--resume DIR --start K] [--bucket-mb MB] [--bucket-view] [--all-reduce]
+//               [--comm-hook bf16|fp16]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -61,6 +62,10 @@ struct Opts {
   bool no_sync = false;  // sync only the last micro-batch of a step
   DType param_dtype = DType::kF32, reduce_dtype = DType::kF32;
   bool meta_init = false;  // build under InitEmptyWeights, materialize shards by param_init
+  // Stage 0: DistributedDataParallelKwargs, and deterministic = false (--all-reduce).
+  double bucket_mb = 25;
+  bool bucket_view = false, all_reduce = false;
+  shard::DDPCommunicationHookType comm_hook = shard::DDPCommunicationHookType::kNo;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
   std::string save_dir, resume_dir;
@@ -120,6 +125,10 @@ int train(const Opts& o) {
     };
   }
   so.reduce_dtype = o.reduce_dtype;
+  so.ddp.bucket_cap_mb = o.bucket_mb;
+  so.ddp.gradient_as_bucket_view = o.bucket_view;
+  so.ddp.comm_hook = o.comm_hook;
+  so.deterministic = !o.all_reduce;
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
     so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
@@ -234,6 +243,15 @@ int run(int argc, char** argv) {
       o.resume_dir = argv[++i];
     else if (a == "--start" && i + 1 < argc)
       o.start = std::stoll(argv[++i]);
+    else if (a == "--bucket-mb" && i + 1 < argc)
+      o.bucket_mb = std::stod(argv[++i]);
+    else if (a == "--bucket-view")
+      o.bucket_view = true;
+    else if (a == "--all-reduce")
+      o.all_reduce = true;
+    else if (a == "--comm-hook" && i + 1 < argc)
+      o.comm_hook = std::string(argv[++i]) == "fp16" ? shard::DDPCommunicationHookType::kFp16
+                                                     : shard::DDPCommunicationHookType::kBf16;
     else
       BRAID_FAIL(kInvalidArgument, "fsdp_worker: unknown option ", a);
   }

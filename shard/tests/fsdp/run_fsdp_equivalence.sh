@@ -7,7 +7,8 @@
 # VARIANT: f32 (W 1, 2, 4 x stages 0-3, transformer wrap), mixed (bf16 autocast, clip 0.5,
 # activation checkpointing, size-based wrap; W 1, 2, 4 x stages 0, 2, 3 and stage 3 keeping
 # parameters after forward; and bf16 param_dtype / reduce_dtype at stages 1-3), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
-# sharded checkpoint saved at one world size and stage, resumed at others).
+# sharded checkpoint saved at one world size and stage, resumed at others), ddp (stage 0's
+# buckets and DistributedDataParallelKwargs, bf16 parameters at stage 0, the all_reduce mode).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
 rm -rf "$out"
@@ -111,6 +112,35 @@ resume)
   run 2 w2_s1_saving 1 4 4 --save-at 2 "$out/ckpt2"
   run 4 w4_s3_resumed 3 4 4 --resume "$out/ckpt2" --start 2
   same ref w4_s3_resumed
+  ;;
+ddp)
+  # Stage 0 reduces per DDP bucket; tiny buckets (a 2 KB cap: many buckets, launched as the
+  # backward produces them) give the bits of stage 1 for W 1, 2, 4, with and without
+  # gradient_as_bucket_view and the communication thread.
+  small=(--bucket-mb 0.002)
+  run 1 w1_s1 1 4 3
+  for w in 1 2 4; do run "$w" "w${w}_s0_buckets" 0 4 3 "${small[@]}"; done
+  run 2 w2_s0_view 0 4 3 "${small[@]}" --bucket-view
+  run 4 w4_s0_no_overlap 0 4 3 "${small[@]}" --no-overlap
+  for r in w1_s0_buckets w2_s0_buckets w4_s0_buckets w2_s0_view w4_s0_no_overlap; do same w1_s1 "$r"; done
+  # bf16 parameters and reduction at stage 0 (f32 masters) equal stages 1 and 3 with the same
+  # MixedPrecision, for every world size; comm_hook bf16 is the same reduction.
+  mp=(--param-dtype bf16 --reduce-dtype bf16)
+  run 1 w1_s3_bf16 3 4 3 "${mp[@]}"
+  for w in 1 2 4; do run "$w" "w${w}_s0_bf16" 0 4 3 "${mp[@]}" "${small[@]}"; done
+  run 2 w2_s1_bf16 1 4 3 "${mp[@]}"
+  run 2 w2_s0_hook 0 4 3 --param-dtype bf16 --comm-hook bf16
+  for r in w1_s0_bf16 w2_s0_bf16 w4_s0_bf16 w2_s1_bf16 w2_s0_hook; do same w1_s3_bf16 "$r"; done
+  # deterministic = false: torch DDP's all_reduce per bucket. One rank: the same bits (nothing
+  # to reorder); 2 and 4 ranks: within rounding, also with no_sync.
+  run 1 w1_s0_all_reduce 0 4 3 --all-reduce "${small[@]}"
+  same w1_s1 w1_s0_all_reduce
+  run 2 w2_s0_all_reduce 0 4 3 --all-reduce "${small[@]}"
+  run 4 w4_s0_all_reduce 0 4 3 --all-reduce
+  run 2 w2_s0_all_reduce_no_sync 0 4 3 --all-reduce --no-sync
+  close w1_s1 w2_s0_all_reduce 1e-4
+  close w1_s1 w4_s0_all_reduce 1e-4
+  close w1_s1 w2_s0_all_reduce_no_sync 1e-4
   ;;
 *)
   echo "run_fsdp_equivalence.sh: unknown variant $variant" >&2

@@ -48,6 +48,30 @@ enum class ZeroStage : uint8_t {
 };
 ZeroStage zero_stage_from_int(int64_t stage);  // kInvalidArgument unless 0..3
 
+// The seed's DDPCommunicationHookType for comm_hook: gradients compressed to f16 / bf16 for
+// the reduction (braid: the stage-0 reduce_dtype). PowerSGD wrappers are not built.
+enum class DDPCommunicationHookType : uint8_t { kNo, kFp16, kBf16 };
+
+// The seed's DistributedDataParallelKwargs, for stage 0 (DDP). Gradients are reduced per
+// bucket: parameters in reverse registration order (the order backward usually produces
+// them, as torch's DDP), a new bucket when the next gradient would pass bucket_cap_mb (the
+// first bucket 1 MiB, torch's first_bucket_bytes). A bucket is reduced as soon as the backward
+// has produced all of its gradients, buckets in index order, on the communication thread.
+// `dim` and `check_reduction` have no equivalent (torch: scatter dim of inputs, deprecated).
+struct DistributedDataParallelKwargs {
+  // Copy rank 0's buffers to every rank before each forward (broadcast_buffers).
+  bool broadcast_buffers = true;
+  double bucket_cap_mb = 25;
+  // A parameter that got no gradient in a synchronized backward: zeros with true; with false
+  // (the default, as torch) kInvalidArgument naming it and this option.
+  bool find_unused_parameters = false;
+  // finish_gradients leaves gradients as views of their bucket's flat buffer (no copy).
+  bool gradient_as_bucket_view = false;
+  // Accepted for compatibility: braid's bucket order never changes, so it has no effect.
+  bool static_graph = false;
+  DDPCommunicationHookType comm_hook = DDPCommunicationHookType::kNo;
+};
+
 struct ShardingOptions {
   ZeroStage stage = ZeroStage::k3;
   WrapPolicy wrap{};
@@ -55,12 +79,17 @@ struct ShardingOptions {
   // backward (FSDP's FULL_SHARD / reshard_after_forward=True), or keep them from the forward
   // to the end of the backward (SHARD_GRAD_OP).
   bool reshard_after_forward = true;
-  // FSDP's MixedPrecision (stages 1-3): the dtype the unit's gathered parameters are held and
-  // computed in (the optimizer still steps f32 master shards), and the dtype gradients are
-  // packed, exchanged and folded in. f32, bf16 or f16; stage 0 supports only f32 (use
-  // autocast there).
+  // FSDP's MixedPrecision: the dtype the parameters are held and computed in (the optimizer
+  // still steps f32 masters: shards at stages 1-3, whole copies at stage 0), and the dtype
+  // gradients are packed, exchanged and folded in. f32, bf16 or f16.
   DType param_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;
+  // Stage 0 (DDP) bucketing and options (ignored at stages 1-3).
+  DistributedDataParallelKwargs ddp{};
+  // true: the ordered reduction of Note [Deterministic reduction] (the same bits for every
+  // world size and stage). false, stage 0 only: each bucket is all_reduced as torch's DDP does
+  // (one collective per bucket and micro-batch; the bits then depend on the world size).
+  bool deterministic = true;
   // Copy rank 0's parameter values to every rank at construction (sync_module_states).
   bool sync_module_states = true;
   // zero3_init_flag / cpu_ram_efficient_loading: for parameters on the meta device (a model
@@ -123,11 +152,13 @@ class ShardedModel {
   // optimizer_parameters() (stage 0: every rank gets the whole gradient, by an all_gather of
   // the reduced shards). Starts the next accumulation.
   void finish_gradients(double scale);
-  // What the optimizer steps on this rank: stage 0 the model's parameters; stages 1-3 one f32
-  // Parameter per unit holding this rank's shard of the unit's flat parameters.
+  // What the optimizer steps on this rank: stage 0 the model's parameters (with a param_dtype
+  // other than f32: their f32 masters, copied into the parameters by after_step); stages 1-3
+  // one f32 Parameter per unit holding this rank's shard of the unit's flat parameters.
   std::vector<nn::Parameter> optimizer_parameters() const;
   // After the optimizer step: stages 1-2 all_gather the updated shards into every rank's full
-  // parameters; stages 0 and 3 need nothing.
+  // parameters; stage 0 with a param_dtype other than f32 casts the masters into the
+  // parameters; otherwise nothing.
   void after_step();
 
   // clip_grad_norm_ over the whole model's reduced gradient (call after finish_gradients):
@@ -152,6 +183,9 @@ class ShardedModel {
   // Loads such a checkpoint, whatever world size and stage wrote it (resharding); with an
   // optimizer, its state too (same algorithm, one group). Errors name the missing tensor.
   void load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer = nullptr);
+
+  // Stage 0: the parameters of each DDP bucket, in reduction order (empty at stages 1-3).
+  std::vector<std::vector<std::string>> bucket_parameter_names() const;
 
   // Peak and current bytes this object holds for flat buffers, shards and accumulators (for
   // the memory formula's tests).
