@@ -135,11 +135,20 @@ void ShardedModel::Impl::reduce(UnitState& s) {
     }
   }
   auto group = comm;
+  // HSDP, ordered: every replica's S blocks for this shard, gathered, are the W contributions
+  // in world rank order (replica-major: rank = replica * S + shard index), folded in order.
+  auto across = options.deterministic ? replicas : nullptr;
   UnitState* state = &s;
-  submit("all_to_all of unit '" + s.unit->name + "'", [group, g, state]() mutable {
+  submit("all_to_all of unit '" + s.unit->name + "'", [group, across, g, state]() mutable {
     Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype());
     group->all_to_all(blocks, g);
-    fold_blocks(blocks, group->size(), state->shard.count, state->acc);
+    if (across) {
+      Tensor all_blocks = Tensor::empty({state->unit->padded * across->size()}, g.dtype());
+      across->all_gather_into(all_blocks, blocks);
+      blocks = all_blocks;
+    }
+    fold_blocks(blocks, static_cast<int>(blocks.numel() / state->shard.count), state->shard.count,
+                state->acc);
   });
 }
 
@@ -177,17 +186,43 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   const int world = impl_->pg->size(), rank = impl_->pg->rank();
   std::vector<int> all(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
-  impl_->comm = impl_->pg->new_group(all);
-  units_ = make_units(*model_, options_.wrap, world);
+  impl_->all = impl_->pg->new_group(all);
+  impl_->comm = impl_->all;
+  const int64_t shard_size = options_.shard_group_size == 0 ? world : options_.shard_group_size;
+  BRAID_CHECK(shard_size >= 1 && world % shard_size == 0, kInvalidArgument,
+              "ShardedModel: shard_group_size must divide the world size ", world, ", got ",
+              options_.shard_group_size);
+  BRAID_CHECK(shard_size == world || options_.stage != ZeroStage::k0, kInvalidArgument,
+              "ShardedModel: shard_group_size (HSDP) needs stage 1-3; stage 0 replicates "
+              "everything on every rank");
+  BRAID_CHECK(options_.deterministic || options_.stage == ZeroStage::k0 || shard_size < world,
+              kInvalidArgument,
+              "ShardedModel: deterministic = false applies to stage 0 and to HSDP "
+              "(shard_group_size) only; stages 1-3 otherwise always use the ordered reduction");
+  if (shard_size < world) {
+    // Every rank creates every subgroup, in the same order (new_group is collective).
+    const int S = static_cast<int>(shard_size), R = world / S;
+    for (int g = 0; g < R; ++g) {
+      std::vector<int> ranks;
+      for (int i = 0; i < S; ++i) ranks.push_back(g * S + i);
+      auto pg = impl_->pg->new_group(ranks);
+      if (g == rank / S) impl_->comm = pg;
+    }
+    for (int i = 0; i < S; ++i) {
+      std::vector<int> ranks;
+      for (int g = 0; g < R; ++g) ranks.push_back(g * S + i);
+      auto pg = impl_->pg->new_group(ranks);
+      if (i == rank % S) impl_->replicas = pg;
+    }
+  }
+  const int shard_world = impl_->comm->size(), shard_rank = impl_->comm->rank();
+  units_ = make_units(*model_, options_.wrap, shard_world);
 
   for (DType dt : {options_.param_dtype, options_.reduce_dtype}) {
     BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
                 "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
                 dtype_name(dt));
   }
-  BRAID_CHECK(options_.deterministic || options_.stage == ZeroStage::k0, kInvalidArgument,
-              "ShardedModel: deterministic = false (all_reduce of buckets) applies to stage 0 "
-              "only; stages 1-3 always use the ordered reduction");
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
@@ -214,7 +249,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
         continue;
       }
       if (!d.is_contiguous()) up.param.data() = d.contiguous();
-      if (options_.sync_module_states) impl_->comm->broadcast(up.param.data(), 0);
+      if (options_.sync_module_states) impl_->all->broadcast(up.param.data(), 0);
     }
   }
 
@@ -225,7 +260,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     UnitState& s = impl_->states[i];
     Unit& u = units_[i];
     s.unit = &u;
-    s.shard = u.shard(rank, world);
+    s.shard = u.shard(shard_rank, shard_world);
     // This rank's f32 shard: from the parameters, or from param_init for meta ones.
     s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32);
     for (auto& up : u.params) {
@@ -246,7 +281,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     UnitState& s = impl_->states[i];
     Unit& u = units_[i];
     s.unit = &u;
-    s.shard = u.shard(rank, world);
+    s.shard = u.shard(shard_rank, shard_world);
     if (options_.stage == ZeroStage::k0) {
       for (auto& up : u.params) {
         if (options_.param_dtype == DType::kF32) {
@@ -312,7 +347,13 @@ int ShardedModel::rank() const {
   return impl_->pg->rank();
 }
 int ShardedModel::world_size() const {
-  return impl_->world();
+  return impl_->pg->size();
+}
+std::shared_ptr<ProcessGroup> ShardedModel::shard_group() const {
+  return impl_->comm;
+}
+std::shared_ptr<ProcessGroup> ShardedModel::replicate_group() const {
+  return impl_->replicas;
 }
 
 Tensor ShardedModel::forward(const Tensor& x) {
@@ -340,6 +381,8 @@ void ShardedModel::finish_gradients(double scale) {
   for (auto& s : impl_->states) {
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
+    // HSDP without the ordered reduction: each replica folded its own ranks; add the replicas.
+    if (!options_.deterministic && impl_->replicas) impl_->replicas->all_reduce(s.acc);
     Tensor g = braid::scale(s.acc.dtype() == DType::kF32 ? s.acc : s.acc.to(DType::kF32), scale);
     s.acc = Tensor();
     s.opt_param.grad() = g;

@@ -105,6 +105,8 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
       }
     }
   }
+  // HSDP: every replica holds the same shards; the first replica writes them.
+  if (impl_->replicas && impl_->replicas->rank() != 0) pieces.clear();
   save_sharded_checkpoint(folder, pieces, *impl_->pg, meta);
 }
 

@@ -43,8 +43,11 @@ struct Bucket {
 };
 
 struct ShardedModel::Impl {
-  std::shared_ptr<ProcessGroup> pg;    // the caller's group
-  std::shared_ptr<ProcessGroup> comm;  // ShardedModel's own group over the same ranks
+  std::shared_ptr<ProcessGroup> pg;   // the caller's group
+  std::shared_ptr<ProcessGroup> all;  // ShardedModel's own group over the same ranks
+  // The shard group: `all` without HSDP, else this rank's group of shard_group_size ranks.
+  std::shared_ptr<ProcessGroup> comm;
+  std::shared_ptr<ProcessGroup> replicas;  // HSDP: this rank's replicas (null without HSDP)
   ShardingOptions options;
   std::vector<UnitState> states;
   std::vector<nn::Parameter> stage0_params;  // stage 0: the model's parameters, unit order
@@ -68,7 +71,8 @@ struct ShardedModel::Impl {
   DType stage0_reduce_dtype = DType::kF32;       // reduce_dtype, or comm_hook's
   std::vector<std::pair<nn::Layer*, nn::ModuleHooks>> stage0_hooks;
 
-  int world() const { return comm->size(); }
+  int world() const { return comm->size(); }  // the shard group's size
+  int num_replicas() const { return replicas ? replicas->size() : 1; }
   // Runs fn on the communication thread (or here, without overlap).
   std::shared_ptr<CommQueue::Op> submit(std::string what, std::function<void()> fn);
   void wait(const std::shared_ptr<CommQueue::Op>& op);

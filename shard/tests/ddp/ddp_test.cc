@@ -251,7 +251,7 @@ TEST(Ddp, BadOptionsAreErrors) {
       [&] { ShardedModel sm(gpt, pg, {.stage = ZeroStage::k0, .ddp = {.bucket_cap_mb = 0}}); },
       ::testing::ThrowsMessage<Error>(HasSubstr("bucket_cap_mb must be > 0")));
   EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.stage = ZeroStage::k1, .deterministic = false}); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("applies to stage 0 only")));
+              ::testing::ThrowsMessage<Error>(HasSubstr("applies to stage 0 and to HSDP")));
   EXPECT_THAT(
       [&] {
         ShardedModel sm(gpt, pg,

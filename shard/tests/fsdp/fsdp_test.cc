@@ -9,6 +9,7 @@
 #include "braid/core/error.h"
 #include "braid/nn/gpt.h"
 #include "braid/tensor/ops.h"
+#include "comm_test_util.h"
 
 namespace braid::shard {
 namespace {
@@ -150,6 +151,35 @@ TEST(ShardedModel, BadUseIsAnError) {
                 ::testing::ThrowsMessage<Error>(HasSubstr("must be f32, bf16 or f16")));
   }
   EXPECT_THROW(zero_stage_from_int(4), Error);
+}
+
+// HSDP: shard groups of consecutive ranks, replicate groups across them (DeviceMesh's row-major
+// (dp_replicate, dp_shard) layout), and the options it refuses.
+TEST(ShardedModel, HybridShardingBuildsShardAndReplicateGroups) {
+  auto result = braid::testing::run_threads(4, [](int rank, int size, auto store) {
+    auto pg = braid::testing::make_group(rank, size, store);
+    auto gpt = tiny_gpt();
+    ShardedModel sm(gpt, pg, {.stage = ZeroStage::k3, .wrap = kBlocks, .shard_group_size = 2});
+    const std::vector<int> shard = {rank / 2 * 2, rank / 2 * 2 + 1};
+    const std::vector<int> replicas = {rank % 2, rank % 2 + 2};
+    EXPECT_EQ(sm.shard_group()->global_ranks(), shard);
+    ASSERT_NE(sm.replicate_group(), nullptr);
+    EXPECT_EQ(sm.replicate_group()->global_ranks(), replicas);
+    EXPECT_EQ(sm.world_size(), 4);
+    // Each unit is cut in 2 shards, not 4.
+    for (const auto& u : sm.units()) EXPECT_EQ(u.padded % (2 * kChunk), 0);
+    EXPECT_EQ(sm.optimizer_parameters()[0].data().numel(), sm.units()[0].padded / 2);
+    EXPECT_THAT([&] { ShardedModel bad(tiny_gpt(), pg, {.shard_group_size = 3}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("must divide the world size 4, got 3")));
+    EXPECT_THAT(
+        [&] { ShardedModel bad(tiny_gpt(), pg, {.stage = ZeroStage::k0, .shard_group_size = 2}); },
+        ::testing::ThrowsMessage<Error>(HasSubstr("(HSDP) needs stage 1-3")));
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  auto pg = one_rank_group();
+  EXPECT_THAT(
+      [&] { ShardedModel sm(tiny_gpt(), pg, {.stage = ZeroStage::k3, .deterministic = false}); },
+      ::testing::ThrowsMessage<Error>(HasSubstr("applies to stage 0 and to HSDP")));
 }
 
 }  // namespace

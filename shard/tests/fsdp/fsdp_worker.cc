@@ -6,7 +6,7 @@
 //               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
 //               [--param-dtype bf16] [--reduce-dtype bf16] [--meta-init]
 //               [--resume DIR --start K] [--bucket-mb MB] [--bucket-view] [--all-reduce]
-//               [--comm-hook bf16|fp16]
+//               [--comm-hook bf16|fp16] [--shard-size S]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -65,6 +65,7 @@ struct Opts {
   // Stage 0: DistributedDataParallelKwargs, and deterministic = false (--all-reduce).
   double bucket_mb = 25;
   bool bucket_view = false, all_reduce = false;
+  int64_t shard_size = 0;  // HSDP: shard_group_size
   shard::DDPCommunicationHookType comm_hook = shard::DDPCommunicationHookType::kNo;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
@@ -129,6 +130,7 @@ int train(const Opts& o) {
   so.ddp.gradient_as_bucket_view = o.bucket_view;
   so.ddp.comm_hook = o.comm_hook;
   so.deterministic = !o.all_reduce;
+  so.shard_group_size = o.shard_size;
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
     so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
@@ -245,6 +247,8 @@ int run(int argc, char** argv) {
       o.start = std::stoll(argv[++i]);
     else if (a == "--bucket-mb" && i + 1 < argc)
       o.bucket_mb = std::stod(argv[++i]);
+    else if (a == "--shard-size" && i + 1 < argc)
+      o.shard_size = std::stoll(argv[++i]);
     else if (a == "--bucket-view")
       o.bucket_view = true;
     else if (a == "--all-reduce")

@@ -8,7 +8,8 @@
 # activation checkpointing, size-based wrap; W 1, 2, 4 x stages 0, 2, 3 and stage 3 keeping
 # parameters after forward; and bf16 param_dtype / reduce_dtype at stages 1-3), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
 # sharded checkpoint saved at one world size and stage, resumed at others), ddp (stage 0's
-# buckets and DistributedDataParallelKwargs, bf16 parameters at stage 0, the all_reduce mode).
+# buckets and DistributedDataParallelKwargs, bf16 parameters at stage 0, the all_reduce mode),
+# hsdp (shard groups of 2 or 1 ranks replicated across the others; checkpoints across layouts).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
 rm -rf "$out"
@@ -141,6 +142,38 @@ ddp)
   close w1_s1 w2_s0_all_reduce 1e-4
   close w1_s1 w4_s0_all_reduce 1e-4
   close w1_s1 w2_s0_all_reduce_no_sync 1e-4
+  ;;
+hsdp)
+  # HSDP: W 4 as 2 replicas of 2-rank shard groups (and 4 replicas of 1 rank, and W 6 as 3 x
+  # 2 with G 6): the ordered reduction gathers every replica's contributions, so the bits are
+  # those of W 1.
+  run 1 w1_s1 1 4 3
+  for s in 1 2 3; do run 4 "w4_s${s}_hsdp2" "$s" 4 3 --shard-size 2; done
+  run 4 w4_s3_hsdp1 3 4 3 --shard-size 1
+  run 4 w4_s3_hsdp2_no_overlap 3 4 3 --shard-size 2 --no-overlap
+  for r in w4_s1_hsdp2 w4_s2_hsdp2 w4_s3_hsdp2 w4_s3_hsdp1 w4_s3_hsdp2_no_overlap; do same w1_s1 "$r"; done
+  run 1 w1_s3_g6 3 6 2
+  run 6 w6_s3_hsdp2 3 6 2 --shard-size 2
+  same w1_s3_g6 w6_s3_hsdp2
+  # With bf16 autocast, clipping (the norm over shard groups), checkpointing, size-based wrap;
+  # and FSDP MixedPrecision.
+  opts=(--bf16 --clip 0.5 --checkpointing --wrap size)
+  run 1 w1_s3_mixed 3 4 3 "${opts[@]}"
+  run 4 w4_s3_mixed_hsdp2 3 4 3 "${opts[@]}" --shard-size 2
+  same w1_s3_mixed w4_s3_mixed_hsdp2
+  mp=(--param-dtype bf16 --reduce-dtype bf16)
+  run 1 w1_s3_bf16 3 4 3 "${mp[@]}"
+  run 4 w4_s3_bf16_hsdp2 3 4 3 "${mp[@]}" --shard-size 2
+  same w1_s3_bf16 w4_s3_bf16_hsdp2
+  # deterministic = false: a fold per replica, the replicas' sums all_reduced once per step.
+  run 4 w4_s3_hsdp2_all_reduce 3 4 3 --shard-size 2 --all-reduce
+  close w1_s1 w4_s3_hsdp2_all_reduce 1e-4
+  # Checkpoints: saved by HSDP (the first replica writes), resumed by plain ZeRO, and back.
+  run 4 w4_s3_hsdp2_saving 3 4 3 --shard-size 2 --save-at 1 "$out/ckpt"
+  run 2 w2_s1_resumed 1 4 3 --resume "$out/ckpt" --start 1
+  run 2 w2_s2_saving 2 4 3 --save-at 1 "$out/ckpt2"
+  run 4 w4_s3_hsdp2_resumed 3 4 3 --shard-size 2 --resume "$out/ckpt2" --start 1
+  for r in w4_s3_hsdp2_saving w2_s1_resumed w4_s3_hsdp2_resumed; do same w1_s1 "$r"; done
   ;;
 *)
   echo "run_fsdp_equivalence.sh: unknown variant $variant" >&2

@@ -84,11 +84,19 @@ struct ShardingOptions {
   // gradients are packed, exchanged and folded in. f32, bf16 or f16.
   DType param_dtype = DType::kF32;
   DType reduce_dtype = DType::kF32;
+  // HSDP (FSDP's HYBRID_SHARD; HYBRID_SHARD_ZERO2 with stage 2): shard over groups of this
+  // many consecutive ranks and replicate across the groups: the 2-D mesh
+  // (dp_replicate = W / size, dp_shard = size), row-major, as DeviceMesh lays it out. 0 (the
+  // default) or W: shard over every rank. Stages 1-3; must divide W.
+  int64_t shard_group_size = 0;
   // Stage 0 (DDP) bucketing and options (ignored at stages 1-3).
   DistributedDataParallelKwargs ddp{};
   // true: the ordered reduction of Note [Deterministic reduction] (the same bits for every
-  // world size and stage). false, stage 0 only: each bucket is all_reduced as torch's DDP does
-  // (one collective per bucket and micro-batch; the bits then depend on the world size).
+  // world size, stage and shard group size). false, stage 0: each bucket is all_reduced as
+  // torch's DDP does (one collective per bucket and micro-batch); HSDP: each replica folds
+  // its own ranks' contributions and finish_gradients all_reduces the shards across replicas
+  // (once per step). The bits then depend on the world size. Stages 1-3 without HSDP always
+  // use the ordered reduction.
   bool deterministic = true;
   // Copy rank 0's parameter values to every rank at construction (sync_module_states).
   bool sync_module_states = true;
@@ -128,8 +136,12 @@ class ShardedModel {
   nn::Layer& module() { return *model_; }
   const std::vector<Unit>& units() const { return units_; }
   const ShardingOptions& options() const { return options_; }
-  int rank() const;
-  int world_size() const;
+  int rank() const;        // in the group given
+  int world_size() const;  // of the group given
+  // The group the parameters are sharded over (HSDP: this rank's shard group) and, with
+  // HSDP, the group of this rank's replicas (one rank per shard group; null without HSDP).
+  std::shared_ptr<ProcessGroup> shard_group() const;
+  std::shared_ptr<ProcessGroup> replicate_group() const;
 
   // One micro-batch. forward() gathers units as they run (stage 3); backward() folds each
   // unit's gradient into this rank's accumulator as the unit's backward ends (an all_to_all
