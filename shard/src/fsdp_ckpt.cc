@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
+#include "braid/core/logging.h"
+#include "braid/core/rng.h"
 #include "braid/shard/checkpoint.h"
 #include "fsdp_impl.h"
 
@@ -17,6 +19,34 @@ namespace {
 
 constexpr const char* kOptimizerPrefix = "optimizer.";
 constexpr const char* kOptimizerJson = "braid.optimizer";
+constexpr const char* kSchedulerJson = "braid.scheduler";
+constexpr const char* kScalerJson = "braid.scaler";
+constexpr const char* kRngPrefix = "braid.rng.";  // + rank: hex of Generator::get_state()
+
+std::string to_hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (uint8_t b : bytes) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+std::vector<uint8_t> from_hex(const std::string& hex, const std::string& key) {
+  const auto nibble = [&](char c) -> uint8_t {
+    if (c >= '0' && c <= '9') return static_cast<uint8_t>(c - '0');
+    if (c >= 'a' && c <= 'f') return static_cast<uint8_t>(c - 'a' + 10);
+    BRAID_FAIL(kCorruptData, "checkpoint metadata '", key, "' is not lowercase hex");
+  };
+  BRAID_CHECK(hex.size() % 2 == 0, kCorruptData, "checkpoint metadata '", key,
+              "' has an odd number of hex digits");
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  }
+  return out;
+}
 
 // The part of parameter `up` inside this rank's shard: [lo, hi) in the unit's flat buffer.
 struct Run {
@@ -40,7 +70,8 @@ bool parse_state_key(const std::string& key, int64_t* index, std::string* name) 
 }  // namespace
 
 void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
-                                   const nn::Optimizer* optimizer, const StringMap& metadata) {
+                                   const nn::Optimizer* optimizer, const StringMap& metadata,
+                                   const TrainingState& extra) {
   impl_->drain();
   const bool stage0 = options_.stage == ZeroStage::k0;
   std::vector<Piece> pieces;
@@ -105,15 +136,32 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
       }
     }
   }
+  if (extra.scheduler != nullptr) meta[kSchedulerJson] = extra.scheduler->state_json();
+  if (extra.scaler != nullptr) meta[kScalerJson] = extra.scaler->state_json();
+  if (extra.rng_states) {
+    // Every rank's generator state, gathered (fixed size) so rank 0 can write them all.
+    const std::vector<uint8_t> mine = default_generator(kCPU).get_state();
+    Tensor local = Tensor::empty({static_cast<int64_t>(mine.size())}, DType::kU8);
+    std::copy(mine.begin(), mine.end(), local.data<uint8_t>());
+    const int world = impl_->all->size();
+    Tensor all = Tensor::empty({static_cast<int64_t>(mine.size()) * world}, DType::kU8);
+    impl_->all->all_gather_into(all, local);
+    for (int r = 0; r < world; ++r) {
+      const uint8_t* p = all.data<uint8_t>() + r * static_cast<int64_t>(mine.size());
+      meta[kRngPrefix + std::to_string(r)] = to_hex(std::vector<uint8_t>(p, p + mine.size()));
+    }
+  }
   // HSDP: every replica holds the same shards; the first replica writes them.
   if (impl_->replicas && impl_->replicas->rank() != 0) pieces.clear();
   save_sharded_checkpoint(folder, pieces, *impl_->pg, meta);
 }
 
-void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer) {
+void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer,
+                                   const TrainingState& extra) {
   impl_->drain();            // nothing may read the shards while they are replaced
   impl_->drop_prefetches();  // gathers of the old values
   ShardedCheckpoint ckpt(folder);
+  load_training_state(ckpt, folder, extra);
   const bool stage0 = options_.stage == ZeroStage::k0;
   // The flat values of unit u for names "<prefix><param name>": [count] of this rank's shard,
   // or [padded] whole (stage 0), zeros in the padding.
@@ -211,6 +259,34 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
     index += stage0 ? s.unit->params.size() : 1;
   }
   optimizer->load_state_dict(st);
+}
+
+void ShardedModel::load_training_state(const ShardedCheckpoint& ckpt,
+                                       const std::filesystem::path& folder,
+                                       const TrainingState& extra) {
+  const StringMap& meta = ckpt.metadata();
+  const auto need = [&](const char* key, const char* what) -> const std::string& {
+    auto it = meta.find(key);
+    BRAID_CHECK(it != meta.end(), kInvalidArgument,
+                "ShardedModel::load_checkpoint: ", folder.string(), " holds no ", what,
+                " state (was it saved with one?)");
+    return it->second;
+  };
+  if (extra.scheduler != nullptr)
+    extra.scheduler->load_state_json(need(kSchedulerJson, "scheduler"));
+  if (extra.scaler != nullptr) extra.scaler->load_state_json(need(kScalerJson, "GradScaler"));
+  if (!extra.rng_states) return;
+  const std::string key = kRngPrefix + std::to_string(impl_->pg->rank());
+  auto it = meta.find(key);
+  if (ckpt.world_size() != impl_->pg->size() || it == meta.end()) {
+    if (meta.count(kRngPrefix + std::string("0"))) {
+      BRAID_LOG(kWarning) << "load_checkpoint: " << folder.string() << " was saved by "
+                          << ckpt.world_size() << " ranks, this run has " << impl_->pg->size()
+                          << ": RNG states are not restored";
+    }
+    return;
+  }
+  default_generator(kCPU).set_state(from_hex(it->second, key));
 }
 
 }  // namespace braid::shard

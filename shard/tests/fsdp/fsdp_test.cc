@@ -5,9 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
+
+#include <filesystem>
+
 #include "braid/nn/gpt.h"
+#include "braid/nn/lr_scheduler.h"
+#include "braid/nn/optim.h"
 #include "braid/tensor/ops.h"
 #include "comm_test_util.h"
 
@@ -151,6 +157,48 @@ TEST(ShardedModel, BadUseIsAnError) {
                 ::testing::ThrowsMessage<Error>(HasSubstr("must be f32, bf16 or f16")));
   }
   EXPECT_THROW(zero_stage_from_int(4), Error);
+}
+
+// TrainingState beside a sharded checkpoint: scheduler, GradScaler and RNG states round-trip;
+// asking for a state that was not saved is an error naming it.
+TEST(ShardedModel, CheckpointsCarryTheSchedulerScalerAndRngStates) {
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("braid_fsdp_state_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  auto pg = one_rank_group();
+  ShardedModel sm(tiny_gpt(), pg, {.stage = ZeroStage::k3, .wrap = kBlocks});
+  nn::AdamW opt(sm.optimizer_parameters(), {.lr = 1e-3});
+  nn::LRScheduler sched(opt, nn::SchedulerType::kLinear, {.num_training_steps = 10});
+  for (int i = 0; i < 3; ++i) sched.step();
+  amp::GradScaler scaler({.init_scale = 1024.0});
+  scaler.update(256.0);
+  default_generator(kCPU).manual_seed(99);
+  std::vector<float> draw(4);
+  default_generator(kCPU).fill_uniform(draw.data(), 4);
+  const auto rng = default_generator(kCPU).get_state();
+  sm.save_checkpoint(folder, &opt, {}, {.scheduler = &sched, .scaler = &scaler});
+
+  nn::AdamW opt2(sm.optimizer_parameters(), {.lr = 1e-3});
+  nn::LRScheduler sched2(opt2, nn::SchedulerType::kLinear, {.num_training_steps = 10});
+  amp::GradScaler scaler2({.init_scale = 1024.0});
+  default_generator(kCPU).manual_seed(1);
+  sm.load_checkpoint(folder, &opt2, {.scheduler = &sched2, .scaler = &scaler2});
+  EXPECT_EQ(sched2.last_step(), 3);
+  EXPECT_EQ(sched2.get_last_lr(), sched.get_last_lr());
+  EXPECT_EQ(scaler2.get_scale(), 256.0);
+  EXPECT_EQ(default_generator(kCPU).get_state(), rng);
+
+  // Saved without them: loading a scheduler or a scaler is an error; RNG off loads nothing.
+  sm.save_checkpoint(folder, &opt, {}, {.rng_states = false});
+  EXPECT_THAT([&] { sm.load_checkpoint(folder, &opt2, {.scheduler = &sched2}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("holds no scheduler state")));
+  EXPECT_THAT([&] { sm.load_checkpoint(folder, nullptr, {.scaler = &scaler2}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("holds no GradScaler state")));
+  default_generator(kCPU).manual_seed(5);
+  const auto before = default_generator(kCPU).get_state();
+  sm.load_checkpoint(folder, &opt2);
+  EXPECT_EQ(default_generator(kCPU).get_state(), before);
+  std::filesystem::remove_all(folder);
 }
 
 // HSDP: shard groups of consecutive ranks, replicate groups across them (DeviceMesh's row-major

@@ -6,7 +6,8 @@
 //               [--keep-after-forward] [--no-overlap] [--no-sync] [--save-at K DIR]
 //               [--param-dtype bf16] [--reduce-dtype bf16] [--meta-init]
 //               [--resume DIR --start K] [--bucket-mb MB] [--bucket-view] [--all-reduce]
-//               [--comm-hook bf16|fp16] [--shard-size S]
+//               [--comm-hook bf16|fp16] [--shard-size S] [--dropout P] [--schedule]
+//               [--no-rng-restore]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -27,6 +28,7 @@
 #include "braid/core/rng.h"
 #include "braid/nn/clip_grad.h"
 #include "braid/nn/gpt.h"
+#include "braid/nn/lr_scheduler.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/fsdp.h"
 #include "braid/tensor/ops.h"
@@ -66,6 +68,9 @@ struct Opts {
   double bucket_mb = 25;
   bool bucket_view = false, all_reduce = false;
   int64_t shard_size = 0;  // HSDP: shard_group_size
+  double dropout = 0;      // GPT's three dropout probabilities
+  bool schedule = false;   // cosine LR schedule with one warmup step, saved in checkpoints
+  bool rng_restore = true;
   shard::DDPCommunicationHookType comm_hook = shard::DDPCommunicationHookType::kNo;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
@@ -75,6 +80,7 @@ struct Opts {
 int train(const Opts& o) {
   nn::GPTConfig cfg = config();
   cfg.activation_checkpointing = o.checkpointing;
+  cfg.embd_pdrop = cfg.attn_pdrop = cfg.resid_pdrop = o.dropout;
   std::shared_ptr<nn::GPT> gpt;
   Generator init(42);
   if (o.meta_init) {
@@ -140,9 +146,18 @@ int train(const Opts& o) {
   }
   shard::ShardedModel sm(gpt, pg, so);
   nn::AdamW opt(sm.optimizer_parameters(), adam);
-  if (!o.resume_dir.empty()) sm.load_checkpoint(o.resume_dir, &opt);
+  std::unique_ptr<nn::LRScheduler> sched;
+  if (o.schedule) {
+    sched = std::make_unique<nn::LRScheduler>(
+        opt, nn::SchedulerType::kCosine,
+        nn::ScheduleOptions{.num_warmup_steps = 1, .num_training_steps = o.steps});
+  }
+  const shard::TrainingState extra{.scheduler = sched.get(), .rng_states = o.rng_restore};
+  // Dropout draws from the default generator, seeded per rank.
+  default_generator(kCPU).manual_seed(7 + static_cast<uint64_t>(rank));
+  if (!o.resume_dir.empty()) sm.load_checkpoint(o.resume_dir, &opt, extra);
   for (int64_t s = o.start; s < o.steps; ++s) {
-    if (s == o.save_at) sm.save_checkpoint(o.save_dir, &opt, {{"step", std::to_string(s)}});
+    if (s == o.save_at) sm.save_checkpoint(o.save_dir, &opt, {{"step", std::to_string(s)}}, extra);
     double loss = 0;
     for (int64_t j = 0; j < o.G / W; ++j) {
       auto [x, y] = micro_batch(s, j * W + rank);
@@ -159,6 +174,7 @@ int train(const Opts& o) {
     opt.step();
     opt.zero_grad();
     sm.after_step();
+    if (sched) sched->step();
     Tensor l = Tensor::full({1}, loss, DType::kF64);
     pg->all_reduce(l);
     if (rank == 0) {
@@ -249,6 +265,12 @@ int run(int argc, char** argv) {
       o.bucket_mb = std::stod(argv[++i]);
     else if (a == "--shard-size" && i + 1 < argc)
       o.shard_size = std::stoll(argv[++i]);
+    else if (a == "--dropout" && i + 1 < argc)
+      o.dropout = std::stod(argv[++i]);
+    else if (a == "--schedule")
+      o.schedule = true;
+    else if (a == "--no-rng-restore")
+      o.rng_restore = false;
     else if (a == "--bucket-view")
       o.bucket_view = true;
     else if (a == "--all-reduce")

@@ -113,6 +113,28 @@ resume)
   run 2 w2_s1_saving 1 4 4 --save-at 2 "$out/ckpt2"
   run 4 w4_s3_resumed 3 4 4 --resume "$out/ckpt2" --start 2
   same ref w4_s3_resumed
+  # The training state beside (TrainingState): an LR schedule and per-rank dropout RNG
+  # streams. Resumed at the same world size, the run continues bit for bit; without
+  # restoring the RNG states it does not (the dropout masks differ). The schedule alone
+  # resumes at any world size (no dropout).
+  st=(--schedule --dropout 0.1)
+  run 2 ref_state 2 4 4 "${st[@]}"
+  run 2 w2_s2_state_saving 2 4 4 "${st[@]}" --save-at 2 "$out/ckpt3"
+  run 2 w2_s3_state_resumed 3 4 4 "${st[@]}" --resume "$out/ckpt3" --start 2
+  run 2 w2_s3_state_no_rng 3 4 4 "${st[@]}" --resume "$out/ckpt3" --start 2 --no-rng-restore
+  same ref_state w2_s2_state_saving
+  same ref_state w2_s3_state_resumed
+  if "$worker" compare "$out/ref_state.safetensors" "$out/w2_s3_state_no_rng.safetensors" exact >/dev/null 2>&1; then
+    echo "FAIL: resuming without the RNG states gave the same bits (the test cannot tell)" >&2; exit 1
+  fi
+  echo "w2_s3_state_no_rng != ref_state (as expected: other dropout masks)"
+  run 1 ref_sched 0 4 4 --schedule
+  run 4 w4_s3_sched_saving 3 4 4 --schedule --save-at 2 "$out/ckpt4"
+  run 2 w2_s1_sched_resumed 1 4 4 --schedule --resume "$out/ckpt4" --start 2
+  same ref_sched w4_s3_sched_saving
+  same ref_sched w2_s1_sched_resumed
+  "$worker" compare "$out/ref.safetensors" "$out/ref_sched.safetensors" exact >/dev/null 2>&1 &&
+    { echo "FAIL: the schedule changed nothing" >&2; exit 1; }
   ;;
 ddp)
   # Stage 0 reduces per DDP bucket; tiny buckets (a 2 KB cap: many buckets, launched as the

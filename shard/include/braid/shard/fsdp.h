@@ -31,7 +31,9 @@
 #include <string>
 #include <vector>
 
+#include "braid/amp/grad_scaler.h"
 #include "braid/comm/process_group.h"
+#include "braid/nn/lr_scheduler.h"
 #include "braid/nn/module.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/units.h"
@@ -121,6 +123,18 @@ struct ShardingOptions {
   bool backward_prefetch = true;
 };
 
+class ShardedCheckpoint;  // checkpoint.h
+
+// The rest of a training run's state, saved beside the model and optimizer in a sharded
+// checkpoint (Accelerate's save_state / load_state): the LR scheduler's and GradScaler's
+// state (the same on every rank; rank 0's is written) and every rank's RNG state (the
+// default CPU generator: dropout, data order). Null pointers are skipped.
+struct TrainingState {
+  nn::LRScheduler* scheduler = nullptr;
+  amp::GradScaler* scaler = nullptr;
+  bool rng_states = true;
+};
+
 class ShardedModel {
  public:
   // Takes over the parameters of `model` (every rank passes the same structure). Parameters
@@ -190,11 +204,19 @@ class ShardedModel {
   // parts of each parameter (and of its optimizer state, as "optimizer.<state>.<name>") that
   // its shard covers, under the parameters' own names, so the folder does not depend on the
   // stage or world size that wrote it. Collective. `metadata` goes into the index.
+  // `extra`: scheduler, scaler and RNG states, into the index's metadata ("braid.scheduler",
+  // "braid.scaler", "braid.rng.<rank>").
   void save_checkpoint(const std::filesystem::path& folder,
-                       const nn::Optimizer* optimizer = nullptr, const StringMap& metadata = {});
+                       const nn::Optimizer* optimizer = nullptr, const StringMap& metadata = {},
+                       const TrainingState& extra = {});
   // Loads such a checkpoint, whatever world size and stage wrote it (resharding); with an
   // optimizer, its state too (same algorithm, one group). Errors name the missing tensor.
-  void load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer = nullptr);
+  // `extra`: a scheduler or scaler given must have been saved (kInvalidArgument otherwise);
+  // RNG states are restored, each rank its own, when the checkpoint was written by the same
+  // world size (otherwise there is no rank-for-rank match: they are left as they are, with a
+  // warning).
+  void load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer = nullptr,
+                       const TrainingState& extra = {});
 
   // Stage 0: the parameters of each DDP bucket, in reduction order (empty at stages 1-3).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
@@ -204,6 +226,8 @@ class ShardedModel {
   int64_t held_bytes() const;
 
  private:
+  void load_training_state(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
+                           const TrainingState& extra);
   struct Impl;
   std::shared_ptr<nn::Layer> model_;
   ShardingOptions options_;
