@@ -6,6 +6,7 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/optim.h"
+#include "braid/tensor/swap_store.h"
 
 namespace braid::nn {
 namespace {
@@ -87,6 +88,10 @@ Optimizer::Optimizer(OptimAlgo algo, std::vector<ParamGroup> groups, MasterWeigh
   for (ParamGroup& g : groups) add_param_group(std::move(g));
 }
 
+Optimizer::~Optimizer() = default;
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
+
 void Optimizer::add_param_group(ParamGroup group) {
   check_group(group);
   if (group.initial_lr == 0.0) group.initial_lr = group.options.lr;
@@ -152,14 +157,23 @@ void Optimizer::set_num_threads(int threads) {
 Optimizer::State& Optimizer::state_for(const Parameter& p, const OptimizerOptions& o) {
   auto [it, fresh] = state_.try_emplace(p.id());
   State& st = it->second;
+  BRAID_ASSERT(!st.swapped, "swap the state in before stepping it");
+  const bool new_master =
+      fresh && masters_ == MasterWeights::kAuto && p.data().dtype() != DType::kF32;
   if (fresh) {
-    const Tensor& data = p.data();
-    if (masters_ == MasterWeights::kAuto && data.dtype() != DType::kF32) {
-      st.master = data.to(DType::kF32).contiguous().clone();
-    }
     st.rng_offset = rng_words_;
-    rng_words_ += (static_cast<uint64_t>(data.numel()) + 3) / 4 * 4;
+    rng_words_ += (static_cast<uint64_t>(p.data().numel()) + 3) / 4 * 4;
   }
+  if (swap_) {
+    // Offload: one buffer for every row, so the state goes to the store as one file.
+    uint8_t rows = new_master || st.master.defined() ? 1 : 0;
+    for (int k = 0; k < 3; ++k) {
+      if (uses_state(algo_, o, k) || st.state[k].defined()) rows |= static_cast<uint8_t>(2 << k);
+    }
+    if (!st.packed.defined() || rows != st.rows) pack(st, rows, p.data());
+    return st;
+  }
+  if (new_master) st.master = p.data().to(DType::kF32).contiguous().clone();
   for (int k = 0; k < 3; ++k) {
     if (uses_state(algo_, o, k) && !st.state[k].defined()) {
       st.state[k] = Tensor::zeros(p.data().shape(), DType::kF32);
@@ -170,7 +184,10 @@ Optimizer::State& Optimizer::state_for(const Parameter& p, const OptimizerOption
 
 Tensor Optimizer::master(const Parameter& p) const {
   auto it = state_.find(p.id());
-  return it == state_.end() ? Tensor() : it->second.master;
+  if (it == state_.end()) return Tensor();
+  if (!it->second.swapped) return it->second.master;
+  const Tensor m = swapped_tensors(it->second, p.data().shape(), false)[0];
+  return m.defined() ? m.clone() : m;
 }
 
 void Optimizer::step() {
@@ -178,11 +195,26 @@ void Optimizer::step() {
 }
 
 void Optimizer::step(double grad_scale) {
+  if (swap_) {
+    step_offloaded(grad_scale);
+    return;
+  }
   for (ParamGroup& g : groups_) step_group(g, grad_scale);
 }
 
+void Optimizer::check_grad(const Parameter& p, size_t i) const {
+  const Tensor& data = p.data();
+  const Tensor& grad = p.grad();
+  BRAID_CHECK(grad.shape() == data.shape(), kInvalidArgument, algo_name(algo_), ": parameter ", i,
+              " has shape ", shape_str(data.shape()), " but its gradient has shape ",
+              shape_str(grad.shape()));
+  BRAID_CHECK(supported_float(grad.dtype()), kInvalidArgument, algo_name(algo_), ": gradient ", i,
+              " has dtype ", dtype_name(grad.dtype()), ": expected f32, bf16 or f16");
+  BRAID_CHECK(grad.device() == data.device(), kInvalidArgument, algo_name(algo_), ": gradient ", i,
+              " is on ", grad.device().str(), ", its parameter on ", data.device().str());
+}
+
 void Optimizer::step_group(ParamGroup& g, double grad_scale) {
-  const OptimizerOptions& o = g.options;
   // One kernel call per (dtypes, step count, first step): normally one for the whole group.
   struct Bucket {
     kernels::OptimStep step;
@@ -193,37 +225,11 @@ void Optimizer::step_group(ParamGroup& g, double grad_scale) {
   for (size_t i = 0; i < g.params.size(); ++i) {
     const Parameter& p = g.params[i];
     if (!p.requires_grad() || !p.grad().defined()) continue;
-    const Tensor& data = p.data();
-    const Tensor& grad = p.grad();
-    BRAID_CHECK(grad.shape() == data.shape(), kInvalidArgument, algo_name(algo_), ": parameter ", i,
-                " has shape ", shape_str(data.shape()), " but its gradient has shape ",
-                shape_str(grad.shape()));
-    BRAID_CHECK(supported_float(grad.dtype()), kInvalidArgument, algo_name(algo_), ": gradient ", i,
-                " has dtype ", dtype_name(grad.dtype()), ": expected f32, bf16 or f16");
-    BRAID_CHECK(grad.device() == data.device(), kInvalidArgument, algo_name(algo_), ": gradient ",
-                i, " is on ", grad.device().str(), ", its parameter on ", data.device().str());
-    State& st = state_for(p, o);
-    ++st.step;
+    check_grad(p, i);
     kernels::OptimStep s;
-    s.algo = algo_;
-    s.param_dtype = data.dtype();
-    s.grad_dtype = grad.dtype();
-    s.lr = o.lr;
-    s.weight_decay = o.weight_decay;
-    s.grad_scale = grad_scale;
-    s.maximize = o.maximize;
-    s.momentum = o.momentum;
-    s.dampening = o.dampening;
-    s.nesterov = o.nesterov;
-    s.first_step = st.step == 1;
-    s.beta1 = o.beta1;
-    s.beta2 = o.beta2;
-    s.eps = o.eps;
-    s.amsgrad = o.amsgrad;
-    s.step = st.step;
-    s.rounding = data.dtype() == DType::kBF16 ? rounding_ : kernels::Rounding::kNearest;
-    // A different stream per step: the same word offsets then draw new numbers.
-    s.seed = seed_ ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(st.step));
+    kernels::OptimTensor t;
+    Tensor dense;
+    prepare(p, g.options, grad_scale, s, t, dense);
     Bucket* b = nullptr;
     for (Bucket& c : buckets) {
       if (c.step.param_dtype == s.param_dtype && c.step.grad_dtype == s.grad_dtype &&
@@ -236,24 +242,50 @@ void Optimizer::step_group(ParamGroup& g, double grad_scale) {
       buckets.push_back({s, {}, {}});
       b = &buckets.back();
     }
-    Tensor dense = grad.contiguous();
-    if (!dense.shares_storage(grad)) b->keep.push_back(dense);
-    kernels::OptimTensor t;
-    t.n = data.numel();
-    t.param = data.data_ptr();
-    t.master = st.master.defined() ? st.master.data<float>() : nullptr;
-    t.grad = dense.data_ptr();
-    for (int k = 0; k < 3; ++k) {
-      float* ptr = st.state[k].defined() ? st.state[k].data<float>() : nullptr;
-      (k == 0 ? t.state0 : k == 1 ? t.state1 : t.state2) = ptr;
-    }
-    t.rng_offset = st.rng_offset;
+    if (!dense.shares_storage(p.grad())) b->keep.push_back(dense);
     b->tensors.push_back(t);
   }
   for (const Bucket& b : buckets) {
     kernels::cpu::optimizer_step_threaded(b.step, b.tensors.data(),
                                           static_cast<int64_t>(b.tensors.size()), threads_);
   }
+}
+
+void Optimizer::prepare(const Parameter& p, const OptimizerOptions& o, double grad_scale,
+                        kernels::OptimStep& s, kernels::OptimTensor& t, Tensor& dense) {
+  const Tensor& data = p.data();
+  const Tensor& grad = p.grad();
+  State& st = state_for(p, o);
+  ++st.step;
+  s.algo = algo_;
+  s.param_dtype = data.dtype();
+  s.grad_dtype = grad.dtype();
+  s.lr = o.lr;
+  s.weight_decay = o.weight_decay;
+  s.grad_scale = grad_scale;
+  s.maximize = o.maximize;
+  s.momentum = o.momentum;
+  s.dampening = o.dampening;
+  s.nesterov = o.nesterov;
+  s.first_step = st.step == 1;
+  s.beta1 = o.beta1;
+  s.beta2 = o.beta2;
+  s.eps = o.eps;
+  s.amsgrad = o.amsgrad;
+  s.step = st.step;
+  s.rounding = data.dtype() == DType::kBF16 ? rounding_ : kernels::Rounding::kNearest;
+  // A different stream per step: the same word offsets then draw new numbers.
+  s.seed = seed_ ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(st.step));
+  dense = grad.contiguous();
+  t.n = data.numel();
+  t.param = data.data_ptr();
+  t.master = st.master.defined() ? st.master.data<float>() : nullptr;
+  t.grad = dense.data_ptr();
+  for (int k = 0; k < 3; ++k) {
+    float* ptr = st.state[k].defined() ? st.state[k].data<float>() : nullptr;
+    (k == 0 ? t.state0 : k == 1 ? t.state1 : t.state2) = ptr;
+  }
+  t.rng_offset = st.rng_offset;
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -280,6 +312,10 @@ std::vector<Tensor> Optimizer::scaled_gradients() {
 }
 
 OptimizerState Optimizer::state_dict() const {
+  return make_state_dict(false);
+}
+
+OptimizerState Optimizer::make_state_dict(bool map_files) const {
   OptimizerState out;
   nlohmann::json groups = nlohmann::json::array();
   nlohmann::json steps = nlohmann::json::array();
@@ -293,13 +329,14 @@ OptimizerState Optimizer::state_dict() const {
       auto it = state_.find(p.id());
       steps.push_back(it == state_.end() ? 0 : it->second.step);
       if (it != state_.end()) {
+        const State& st = it->second;
+        std::array<Tensor, 4> ts{st.master, st.state[0], st.state[1], st.state[2]};
+        if (st.swapped) ts = swapped_tensors(st, p.data().shape(), map_files);
         const std::string prefix = "state." + std::to_string(index) + ".";
         for (int k = 0; k < 3; ++k) {
-          if (it->second.state[k].defined())
-            out.tensors.emplace_back(prefix + names[k], it->second.state[k]);
+          if (ts[k + 1].defined()) out.tensors.emplace_back(prefix + names[k], ts[k + 1]);
         }
-        if (it->second.master.defined())
-          out.tensors.emplace_back(prefix + "master", it->second.master);
+        if (ts[0].defined()) out.tensors.emplace_back(prefix + "master", ts[0]);
       }
       ++index;
     }
@@ -356,7 +393,8 @@ void Optimizer::load_state_dict(const OptimizerState& in) {
                       kInvalidArgument, "optimizer state: ", prefix + name, " is ",
                       dtype_name(it->second.dtype()), " ", shape_str(it->second.shape()),
                       ", expected f32 ", shape_str(p.data().shape()));
-          return it->second.contiguous().clone();
+          // With offload, swap_out() below copies the tensor into the store's buffer.
+          return swap_ ? it->second.contiguous() : it->second.contiguous().clone();
         };
         for (int k = 0; k < 3; ++k) {
           if (uses_state(algo_, options.back(), k) && st.step > 0) {
@@ -380,12 +418,19 @@ void Optimizer::load_state_dict(const OptimizerState& in) {
     BRAID_FAIL(kCorruptData, "optimizer state: malformed JSON: ", e.what());
   }
   for (size_t gi = 0; gi < groups_.size(); ++gi) groups_[gi].options = options[gi];
+  if (swap_) {
+    for (auto& [id, st] : state_) {
+      if (!st.key.empty()) swap_->erase(st.key);
+    }
+  }
   state_ = std::move(loaded);
   rng_words_ = words;
+  if (swap_) swap_out_all();
 }
 
 void Optimizer::save(const std::filesystem::path& file) const {
-  const OptimizerState s = state_dict();
+  // With offload the tensors view the store's files (read-only maps): no copy in memory.
+  const OptimizerState s = make_state_dict(true);
   save_safetensors(file, s.tensors, {{"braid.optimizer", s.json}});
 }
 

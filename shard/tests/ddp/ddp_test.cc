@@ -107,7 +107,9 @@ TEST(DdpBuckets, ReverseRegistrationOrderCutAtTheCapWithASmallFirstBucket) {
     ASSERT_FALSE(b.empty());
     int64_t n = 0;
     for (const auto& name : b) n += numel.at(name);
-    if (b.size() > 1) EXPECT_LE(n * 4, 200) << b.front();
+    if (b.size() > 1) {
+      EXPECT_LE(n * 4, 200) << b.front();
+    }
     flat.insert(flat.end(), b.begin(), b.end());
   }
   EXPECT_EQ(flat, reversed_unit_order(sm));

@@ -13,19 +13,29 @@
 // Mixed precision: a bf16 / f16 parameter gets an f32 master copy (MasterWeights::kAuto)
 // that the step updates; the parameter is then the master rounded to nearest (or
 // stochastically, for bf16, with Rounding::kStochastic). State is always f32.
+//
+// Offload (docs/offload.md): set_offload({.device = OffloadDevice::kNvme, .nvme_path = ...})
+// keeps the state and masters in files between steps, stepping parameter by parameter.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/amp/grad_scaler.h"
 #include "braid/kernels/optim.h"
+#include "braid/nn/offload.h"
 #include "braid/nn/parameter.h"
 #include "braid/tensor/safetensors.h"
 #include "braid/tensor/tensor.h"
+
+namespace braid {
+class SwapStore;
+}
 
 namespace braid::nn {
 
@@ -65,7 +75,11 @@ struct OptimizerState {
 
 class Optimizer : public amp::ScaledOptimizer {
  public:
-  ~Optimizer() override = default;
+  ~Optimizer() override;
+  Optimizer(Optimizer&&) noexcept;
+  Optimizer& operator=(Optimizer&&) noexcept;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
   // One step over every group with a gradient: parameters whose grad is undefined are
   // skipped (torch's `p.grad is None`), as are those with requires_grad false.
@@ -85,8 +99,22 @@ class Optimizer : public amp::ScaledOptimizer {
   // Threads a step may use (default 1): large groups are split over them with the same bits
   // (kernels::cpu::optimizer_step_threaded). Raise it when this rank owns spare cores.
   void set_num_threads(int threads);
-  // The f32 master copy of a parameter, or undefined when it has none.
+  // The f32 master copy of a parameter, or undefined when it has none (with kNvme offload: a
+  // copy read back from the store).
   Tensor master(const Parameter& p) const;
+
+  // Where the state lives between steps (docs/offload.md). Best called before the first
+  // step; existing state moves (to the files, or back into memory). kNone and kCpu step every
+  // group in one fused pass as before; kNvme steps parameter by parameter, reading the next
+  // parameters' state while the current one is stepped, with the same bits. Throws
+  // kInvalidArgument for a bad config and kIo naming offload_optimizer_nvme_path when the
+  // folder is missing or not writable.
+  void set_offload(const OffloadConfig& config);
+  const OffloadConfig& offload() const { return offload_; }
+  // Bytes of state (moments and masters) held in memory now, and in offload files. Between
+  // steps with kNvme the first is 0; without offload it is the whole state.
+  int64_t state_bytes_in_memory() const;
+  int64_t state_bytes_on_disk() const;
 
   std::vector<Tensor> scaled_gradients() override;
 
@@ -96,7 +124,9 @@ class Optimizer : public amp::ScaledOptimizer {
   // parameter count, a shape, a missing tensor).
   void load_state_dict(const OptimizerState& state);
   // Atomic save to one .safetensors file, and its inverse (kCorruptData for a file that is
-  // not an optimizer state).
+  // not an optimizer state). With kNvme offload, save() streams the state files through
+  // read-only maps and load() writes each parameter's state to the store as it goes: neither
+  // holds the whole state in anonymous memory (state_dict() does, by its nature).
   void save(const std::filesystem::path& file) const;
   void load(const std::filesystem::path& file);
 
@@ -109,10 +139,33 @@ class Optimizer : public amp::ScaledOptimizer {
     Tensor master;  // f32
     Tensor state[3];
     uint64_t rng_offset = 0;  // stochastic rounding: first Philox word of this parameter
+    // Offload (optim_offload.cc): the tensors above live in the swap store under `key` as one
+    // f32 buffer of their rows (master, state0, state1, state2 as `rows` says) while swapped.
+    std::string key;
+    bool swapped = false;
+    uint8_t rows = 0;
+    Tensor packed;  // the buffer the tensors view, when they came from the store
   };
   State& state_for(const Parameter& p, const OptimizerOptions& o);
   void step_group(ParamGroup& g, double grad_scale);
   void check_group(const ParamGroup& g) const;
+  void check_grad(const Parameter& p, size_t i) const;
+  // The kernel descriptor and buffers of one parameter for this step; creates its state and
+  // advances its step count. `dense` receives the gradient's contiguous form.
+  void prepare(const Parameter& p, const OptimizerOptions& o, double grad_scale,
+               kernels::OptimStep& s, kernels::OptimTensor& t, Tensor& dense);
+  // Offload (optim_offload.cc).
+  void step_offloaded(double grad_scale);
+  void swap_in(State& st, const Shape& shape);
+  void swap_out(State& st, const Tensor& data);  // data: the parameter's
+  void swap_out_all();
+  // Gives `st` one f32 buffer holding the rows in `rows` (each shaped as the parameter `data`):
+  // existing tensors are copied in, new ones start as `data` in f32 (master) or zeros.
+  void pack(State& st, uint8_t rows, const Tensor& data);
+  // A swapped state's tensors {master, state0, state1, state2} (undefined where absent), read
+  // from the store (a copy) or, with map_file, viewing its file.
+  std::array<Tensor, 4> swapped_tensors(const State& st, const Shape& shape, bool map_file) const;
+  OptimizerState make_state_dict(bool map_files) const;
 
   kernels::OptimAlgo algo_;
   MasterWeights masters_;
@@ -122,6 +175,9 @@ class Optimizer : public amp::ScaledOptimizer {
   uint64_t seed_ = 0;
   uint64_t rng_words_ = 0;  // Philox words handed out to parameters so far
   int threads_ = 1;
+  OffloadConfig offload_;
+  std::unique_ptr<SwapStore> swap_;  // kNvme
+  uint64_t swap_keys_ = 0;           // keys handed out so far
 };
 
 // torch.optim.SGD: lr, momentum, dampening, nesterov, weight_decay, maximize.
