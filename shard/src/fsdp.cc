@@ -67,7 +67,8 @@ void ShardedModel::Impl::issue_gather(UnitState& s) {
   if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
   const DType dt = options.param_dtype;
   Tensor flat = Tensor::empty({s.unit->padded}, dt);
-  Tensor shard = s.shard_param;
+  Tensor shard = master_shard(s);
+  if (param_store && !s.shard_param.defined()) param_store->release(shard_key(s));  // ours now
   auto group = comm;
   s.pending_flat = flat;
   s.gather_op =
@@ -101,6 +102,41 @@ void ShardedModel::Impl::prefetch_after(size_t unit, const std::vector<size_t>& 
   if (!queue || !orders_done) return;
   for (size_t i = 0; i + 1 < order.size(); ++i) {
     if (order[i] == unit) return issue_gather(states[order[i + 1]]);
+  }
+}
+
+std::string ShardedModel::Impl::shard_key(const UnitState& s) const {
+  return "unit-" + std::to_string(s.index);
+}
+
+Tensor ShardedModel::Impl::master_shard(UnitState& s) {
+  if (!param_store || s.shard_param.defined()) return s.shard_param;
+  return param_store->get(shard_key(s));
+}
+
+void ShardedModel::Impl::unpark(UnitState& s) {
+  if (!param_store || s.shard_param.defined()) return;
+  s.shard_param = param_store->get(shard_key(s));
+  param_store->release(shard_key(s));
+  s.opt_param.data() = s.shard_param;
+}
+
+void ShardedModel::Impl::park(UnitState& s, bool changed) {
+  if (!param_store || !s.shard_param.defined()) return;
+  if (changed) param_store->put(shard_key(s), s.shard_param);  // the store holds it until written
+  s.shard_param = Tensor();
+  s.opt_param.data() = Tensor::empty({0}, DType::kF32);  // placeholder (fsdp.h)
+}
+
+// Reads the master shard of the unit after `unit` in `order` ahead of its gather.
+void ShardedModel::Impl::prefetch_shard_after(size_t unit, const std::vector<size_t>& order) {
+  if (!param_store) return;
+  for (size_t i = 0; i + 1 < order.size(); ++i) {
+    if (order[i] != unit) continue;
+    // With overlap the next unit's gather is issued now; read the one after it.
+    const size_t ahead = queue ? i + 2 : i + 1;
+    if (ahead < order.size()) param_store->prefetch(shard_key(states[order[ahead]]));
+    return;
   }
 }
 
@@ -215,6 +251,11 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (i == rank % S) impl_->replicas = pg;
     }
   }
+  BRAID_CHECK(
+      options_.offload_param.device != nn::OffloadDevice::kNvme || options_.stage == ZeroStage::k3,
+      kInvalidArgument,
+      "ShardedModel: offload_param_device = nvme applies to ZeRO stage 3 only (as in "
+      "DeepSpeed); use the optimizer's offload (offload_optimizer_device) at stages 1-2");
   const int shard_world = impl_->comm->size(), shard_rank = impl_->comm->rank();
   units_ = make_units(*model_, options_.wrap, shard_world);
 
@@ -260,6 +301,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     UnitState& s = impl_->states[i];
     Unit& u = units_[i];
     s.unit = &u;
+    s.index = i;
     s.shard = u.shard(shard_rank, shard_world);
     // This rank's f32 shard: from the parameters, or from param_init for meta ones.
     s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32);
@@ -313,6 +355,9 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (impl->options.forward_prefetch && !impl->in_backward) {
         impl->prefetch_after(index, impl->forward_order);
       }
+      if (!impl->in_backward && impl->orders_done) {
+        impl->prefetch_shard_after(index, impl->forward_order);
+      }
     };
     hooks.post_forward = [impl, &s](nn::Module&) {
       if (impl->options.reshard_after_forward) impl->release(s);
@@ -322,6 +367,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (!impl->orders_done) impl->backward_order.push_back(index);
       impl->gather(s);
       if (impl->options.backward_prefetch) impl->prefetch_after(index, impl->backward_order);
+      if (impl->orders_done) impl->prefetch_shard_after(index, impl->backward_order);
     };
     hooks.post_backward = [impl, &s, index, root](nn::Module&) {
       if (impl->sync) impl->reduce(s);
@@ -334,6 +380,17 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     u.layer->set_hooks(std::move(hooks));
   }
   if (options_.stage == ZeroStage::k0) impl_->build_buckets(*model_, units_);
+  if (options_.offload_param.device == nn::OffloadDevice::kNvme) {
+    BRAID_CHECK(!options_.offload_param.nvme_path.empty(), kInvalidArgument,
+                "ShardedModel: offload_param_device = nvme needs offload_param_nvme_path");
+    SwapStoreOptions so;
+    so.folder = options_.offload_param.nvme_path;
+    so.tag = "params-rank" + std::to_string(impl_->pg->global_ranks()[static_cast<size_t>(rank)]);
+    so.option = "offload_param_nvme_path";
+    so.timeout = options_.offload_param.io_timeout;
+    impl_->param_store = std::make_unique<SwapStore>(so);
+    for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);
+  }
   if (use_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
@@ -387,6 +444,11 @@ void ShardedModel::finish_gradients(double scale) {
     s.acc = Tensor();
     s.opt_param.grad() = g;
   }
+  // offload_param: the master shards resident for the optimizer step, read in parallel.
+  if (impl_->param_store) {
+    for (auto& s : impl_->states) impl_->param_store->prefetch(impl_->shard_key(s));
+    for (auto& s : impl_->states) impl_->unpark(s);
+  }
 }
 
 std::vector<nn::Parameter> ShardedModel::optimizer_parameters() const {
@@ -402,6 +464,7 @@ void ShardedModel::after_step() {
   impl_->drain();
   impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
+  for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);  // offload_param: written back
   if (options_.stage == ZeroStage::k0) {
     for (auto& s : impl_->states) {
       for (auto& up : s.unit->params) {
@@ -491,7 +554,10 @@ NamedTensors ShardedModel::full_state_dict() {
   std::map<const void*, Tensor> whole;  // parameter handle -> full f32 value
   for (auto& s : impl_->states) {
     Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
-    impl_->comm->all_gather_into(full, s.shard_param);
+    impl_->comm->all_gather_into(full, impl_->master_shard(s));
+    if (impl_->param_store && !s.shard_param.defined()) {
+      impl_->param_store->release(impl_->shard_key(s));
+    }
     for (auto& up : s.unit->params) {
       whole[up.param.id()] = full.narrow(0, up.offset, up.numel).view(up.shape).clone();
     }
@@ -563,6 +629,7 @@ void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   BRAID_CHECK(r.unexpected_keys.empty(), kInvalidArgument,
               "ShardedModel::load_full_state_dict: unexpected key '",
               r.unexpected_keys.empty() ? std::string() : r.unexpected_keys.front(), "'");
+  for (auto& s : impl_->states) impl_->unpark(s);
   for (auto& [sp, item] : plan) {
     const UnitState& s = *sp;
     const UnitParam& up = *item.first;
@@ -575,6 +642,7 @@ void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   if (options_.stage != ZeroStage::k3) {
     for (auto& s : impl_->states) impl_->gather_into_flat(s);
   }
+  for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);
 }
 
 int64_t ShardedModel::held_bytes() const {

@@ -102,7 +102,11 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
                                    .contiguous()});
       }
     } else {
-      add_pieces("", u, s.shard_param, true);
+      UnitState& st = impl_->states[u];
+      add_pieces("", u, impl_->master_shard(st), true);
+      if (impl_->param_store && !st.shard_param.defined()) {
+        impl_->param_store->release(impl_->shard_key(st));
+      }
     }
   }
   StringMap meta = metadata;
@@ -111,7 +115,14 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
                 "ShardedModel::save_checkpoint: the optimizer must have one parameter group, it "
                 "has ",
                 optimizer->param_groups().size());
+    // The optimizer reads its parameters' shapes: offloaded master shards come in for it.
+    const bool parked = impl_->param_store && !impl_->states.empty() &&
+                        !impl_->states.front().shard_param.defined();
+    for (auto& s : impl_->states) impl_->unpark(s);
     const nn::OptimizerState st = optimizer->state_dict();
+    if (parked) {
+      for (auto& s : impl_->states) impl_->park(s, /*changed=*/false);
+    }
     meta[kOptimizerJson] = st.json;
     // Optimizer parameter i: unit i's shard (stages 1-3) or the i-th model parameter (stage 0,
     // in unit order: stage0_params).
@@ -195,7 +206,10 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
       }
       continue;
     }
+    const bool parked = impl_->param_store && !s.shard_param.defined();
+    impl_->unpark(s);
     s.shard_param.copy_(read_unit("", s, false));
+    if (parked) impl_->park(s, /*changed=*/true);
     if (options_.stage != ZeroStage::k3) impl_->gather_into_flat(s);
   }
   if (optimizer == nullptr) return;
@@ -258,7 +272,14 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
     }
     index += stage0 ? s.unit->params.size() : 1;
   }
+  // The optimizer checks its parameters' shapes: offloaded master shards come in for it.
+  const bool parked =
+      impl_->param_store && !impl_->states.empty() && !impl_->states.front().shard_param.defined();
+  for (auto& s : impl_->states) impl_->unpark(s);
   optimizer->load_state_dict(st);
+  if (parked) {
+    for (auto& s : impl_->states) impl_->park(s, /*changed=*/false);
+  }
 }
 
 void ShardedModel::load_training_state(const ShardedCheckpoint& ckpt,

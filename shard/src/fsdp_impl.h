@@ -8,12 +8,14 @@
 #include "braid/comm/process_group.h"
 #include "braid/nn/module.h"
 #include "braid/shard/fsdp.h"
+#include "braid/tensor/swap_store.h"
 #include "comm_queue.h"
 
 namespace braid::shard {
 
 struct UnitState {
   Unit* unit = nullptr;
+  size_t index = 0;  // in units()
   ShardInfo shard;
   Tensor flat;         // [padded] param_dtype full parameters (stages 1-2; 3 while gathered)
   Tensor shard_param;  // [count] f32: the optimizer's parameter (stages 1-3)
@@ -58,6 +60,9 @@ struct ShardedModel::Impl {
   bool in_backward = false;
   bool sync = true;  // set_gradient_sync
 
+  // offload_param = kNvme (stage 3): the master shards' home between uses.
+  std::unique_ptr<SwapStore> param_store;
+
   // Stage 0 (ddp.cc).
   std::vector<Bucket> buckets;
   struct ParamUse {
@@ -84,6 +89,15 @@ struct ShardedModel::Impl {
   void prefetch_after(size_t unit, const std::vector<size_t>& order);
   void drop_prefetches();
   void gather_into_flat(UnitState& s);
+
+  // offload_param: the unit's master shard, resident (s.shard_param) or read from the store
+  // (a copy the store keeps until released); unpark makes it resident, park writes it back
+  // and drops it (no-ops without offload).
+  std::string shard_key(const UnitState& s) const;
+  Tensor master_shard(UnitState& s);
+  void unpark(UnitState& s);
+  void park(UnitState& s, bool changed);
+  void prefetch_shard_after(size_t unit, const std::vector<size_t>& order);
 
   // Stage 0 (ddp.cc).
   void build_buckets(nn::Layer& root, std::vector<Unit>& units);

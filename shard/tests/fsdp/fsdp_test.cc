@@ -201,6 +201,57 @@ TEST(ShardedModel, CheckpointsCarryTheSchedulerScalerAndRngStates) {
   std::filesystem::remove_all(folder);
 }
 
+// offload_param = nvme: the master shards are in files between uses, resident from
+// finish_gradients to after_step, and the training result does not change.
+TEST(ShardedModel, OffloadedMasterShardsLiveInFilesBetweenSteps) {
+  const auto nvme =
+      std::filesystem::temp_directory_path() / ("braid_fsdp_offload_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(nvme);
+  auto pg = one_rank_group();
+  auto train = [&](bool offload) {
+    ShardingOptions o{.stage = ZeroStage::k3, .wrap = kBlocks};
+    if (offload) o.offload_param = {.device = nn::OffloadDevice::kNvme, .nvme_path = nvme};
+    ShardedModel sm(tiny_gpt(), pg, o);
+    nn::AdamW opt(sm.optimizer_parameters(), {.lr = 1e-2});
+    for (int step = 0; step < 2; ++step) {
+      EXPECT_EQ(sm.held_bytes() == 0, offload);
+      EXPECT_EQ(sm.optimizer_parameters()[0].data().numel() == 0, offload);
+      Tensor logits = sm.forward(Tensor::from_vector({1, 2, 3, 4, 5, 6}, {1, 6}, DType::kI64));
+      sm.backward(Tensor::ones(logits.shape()));
+      sm.finish_gradients(1.0);
+      EXPECT_GT(sm.optimizer_parameters()[0].data().numel(), 0);
+      opt.step();
+      opt.zero_grad();
+      sm.after_step();
+    }
+    if (offload) {
+      EXPECT_FALSE(std::filesystem::is_empty(nvme));
+    }
+    return sm.full_state_dict();
+  };
+  const NamedTensors plain = train(false), offloaded = train(true);
+  ASSERT_EQ(plain.size(), offloaded.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(equal(plain[i].second, offloaded[i].second)) << plain[i].first;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(nvme));  // the store removed its files
+  EXPECT_THAT(
+      [&] {
+        ShardedModel sm(tiny_gpt(), pg,
+                        {.stage = ZeroStage::k1,
+                         .offload_param = {.device = nn::OffloadDevice::kNvme, .nvme_path = nvme}});
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("applies to ZeRO stage 3 only")));
+  EXPECT_THAT(
+      [&] {
+        ShardedModel sm(
+            tiny_gpt(), pg,
+            {.offload_param = {.device = nn::OffloadDevice::kNvme, .nvme_path = nvme / "missing"}});
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("offload_param_nvme_path")));
+  std::filesystem::remove_all(nvme);
+}
+
 // HSDP: shard groups of consecutive ranks, replicate groups across them (DeviceMesh's row-major
 // (dp_replicate, dp_shard) layout), and the options it refuses.
 TEST(ShardedModel, HybridShardingBuildsShardAndReplicateGroups) {

@@ -7,7 +7,7 @@
 //               [--param-dtype bf16] [--reduce-dtype bf16] [--meta-init]
 //               [--resume DIR --start K] [--bucket-mb MB] [--bucket-view] [--all-reduce]
 //               [--comm-hook bf16|fp16] [--shard-size S] [--dropout P] [--schedule]
-//               [--no-rng-restore]
+//               [--no-rng-restore] [--offload-param DIR] [--offload-optimizer DIR]
 //   fsdp_worker compare <a.safetensors> <b.safetensors> <exact|TOL>
 //               TOL bounds max |a - b| / max |b|, both maxima over the whole model
 //
@@ -71,6 +71,7 @@ struct Opts {
   double dropout = 0;      // GPT's three dropout probabilities
   bool schedule = false;   // cosine LR schedule with one warmup step, saved in checkpoints
   bool rng_restore = true;
+  std::string offload_param, offload_optimizer;  // nvme paths
   shard::DDPCommunicationHookType comm_hook = shard::DDPCommunicationHookType::kNo;
   double clip = 0;
   int64_t save_at = -1, start = 0;  // --save-at K DIR: a sharded checkpoint after K steps
@@ -137,6 +138,9 @@ int train(const Opts& o) {
   so.ddp.comm_hook = o.comm_hook;
   so.deterministic = !o.all_reduce;
   so.shard_group_size = o.shard_size;
+  if (!o.offload_param.empty()) {
+    so.offload_param = {.device = nn::OffloadDevice::kNvme, .nvme_path = o.offload_param};
+  }
   if (o.wrap == "transformer") {
     so.wrap.kind = shard::WrapKind::kTransformerBased;
     so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
@@ -146,6 +150,10 @@ int train(const Opts& o) {
   }
   shard::ShardedModel sm(gpt, pg, so);
   nn::AdamW opt(sm.optimizer_parameters(), adam);
+  if (!o.offload_optimizer.empty()) {
+    opt.set_offload(
+        {.device = nn::OffloadDevice::kNvme, .nvme_path = o.offload_optimizer, .buffer_count = 2});
+  }
   std::unique_ptr<nn::LRScheduler> sched;
   if (o.schedule) {
     sched = std::make_unique<nn::LRScheduler>(
@@ -267,6 +275,10 @@ int run(int argc, char** argv) {
       o.shard_size = std::stoll(argv[++i]);
     else if (a == "--dropout" && i + 1 < argc)
       o.dropout = std::stod(argv[++i]);
+    else if (a == "--offload-param" && i + 1 < argc)
+      o.offload_param = argv[++i];
+    else if (a == "--offload-optimizer" && i + 1 < argc)
+      o.offload_optimizer = argv[++i];
     else if (a == "--schedule")
       o.schedule = true;
     else if (a == "--no-rng-restore")

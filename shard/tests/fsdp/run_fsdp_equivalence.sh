@@ -9,7 +9,8 @@
 # parameters after forward; and bf16 param_dtype / reduce_dtype at stages 1-3), w3 (G 6: W 1, 3, 6 at stage 3 and W 3 at stage 1), resume (a
 # sharded checkpoint saved at one world size and stage, resumed at others), ddp (stage 0's
 # buckets and DistributedDataParallelKwargs, bf16 parameters at stage 0, the all_reduce mode),
-# hsdp (shard groups of 2 or 1 ranks replicated across the others; checkpoints across layouts).
+# hsdp (shard groups of 2 or 1 ranks replicated across the others; checkpoints across layouts),
+# offload (master shards and optimizer state in files: offload_param / offload_optimizer nvme).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
 rm -rf "$out"
@@ -196,6 +197,32 @@ hsdp)
   run 2 w2_s2_saving 2 4 3 --save-at 1 "$out/ckpt2"
   run 4 w4_s3_hsdp2_resumed 3 4 3 --shard-size 2 --resume "$out/ckpt2" --start 1
   for r in w4_s3_hsdp2_saving w2_s1_resumed w4_s3_hsdp2_resumed; do same w1_s1 "$r"; done
+  ;;
+offload)
+  # DeepSpeed's offload_param_device / offload_optimizer_device = nvme at stage 3: master
+  # shards and AdamW state live in files between uses; the bits do not change (W 1, 2, 4,
+  # with and without the communication thread, with bf16 parameters, and through a checkpoint
+  # saved with offload and resumed without, and the reverse).
+  nv="$out/nvme"
+  mkdir -p "$nv"
+  run 1 w1_s3 3 4 3
+  run 1 w1_s3_offload 3 4 3 --offload-param "$nv" --offload-optimizer "$nv"
+  run 2 w2_s3_offload 3 4 3 --offload-param "$nv" --offload-optimizer "$nv"
+  run 4 w4_s3_offload 3 4 3 --offload-param "$nv" --offload-optimizer "$nv" --no-overlap
+  run 2 w2_s1_offload_opt 1 4 3 --offload-optimizer "$nv"
+  for r in w1_s3_offload w2_s3_offload w4_s3_offload w2_s1_offload_opt; do same w1_s3 "$r"; done
+  mp=(--param-dtype bf16 --reduce-dtype bf16)
+  run 1 w1_s3_bf16 3 4 3 "${mp[@]}"
+  run 4 w4_s3_bf16_offload 3 4 3 "${mp[@]}" --offload-param "$nv" --offload-optimizer "$nv"
+  same w1_s3_bf16 w4_s3_bf16_offload
+  run 2 w2_s3_offload_saving 3 4 3 --offload-param "$nv" --offload-optimizer "$nv" --save-at 1 "$out/ckpt"
+  run 4 w4_s3_resumed 3 4 3 --resume "$out/ckpt" --start 1
+  run 2 w2_s2_saving 2 4 3 --save-at 1 "$out/ckpt2"
+  run 4 w4_s3_offload_resumed 3 4 3 --offload-param "$nv" --offload-optimizer "$nv" --resume "$out/ckpt2" --start 1
+  for r in w2_s3_offload_saving w4_s3_resumed w4_s3_offload_resumed; do same w1_s3 "$r"; done
+  # Every store removed its files when its process ended.
+  left=$(find "$nv" -mindepth 1 | wc -l)
+  [[ $left -eq 0 ]] || { find "$nv"; echo "FAIL: offload files left behind" >&2; exit 1; }
   ;;
 *)
   echo "run_fsdp_equivalence.sh: unknown variant $variant" >&2

@@ -35,6 +35,7 @@
 #include "braid/comm/process_group.h"
 #include "braid/nn/lr_scheduler.h"
 #include "braid/nn/module.h"
+#include "braid/nn/offload.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/units.h"
 #include "braid/tensor/safetensors.h"
@@ -91,6 +92,14 @@ struct ShardingOptions {
   // (dp_replicate = W / size, dp_shard = size), row-major, as DeviceMesh lays it out. 0 (the
   // default) or W: shard over every rank. Stages 1-3; must divide W.
   int64_t shard_group_size = 0;
+  // DeepSpeed's offload_param_device / offload_param_nvme_path (stage 3): with kNvme each
+  // unit's f32 master shard lives in a file (a SwapStore under nvme_path) between uses: read
+  // ahead of the unit's gather (the next unit in the pass order is read while this one
+  // computes) and dropped once gathered, resident for the optimizer step only (from
+  // finish_gradients to after_step). Meanwhile optimizer_parameters()' data() is an empty
+  // placeholder. kCpu: the shards are host memory already on cpu ranks (a no-op). The
+  // optimizer's own state has its own setting (nn::Optimizer::set_offload).
+  nn::OffloadConfig offload_param{};
   // Stage 0 (DDP) bucketing and options (ignored at stages 1-3).
   DistributedDataParallelKwargs ddp{};
   // true: the ordered reduction of Note [Deterministic reduction] (the same bits for every
