@@ -39,7 +39,7 @@ for ((r = 0; r < rounds; r++)); do
       args=()
       [[ $ov == default ]] || args=(--overlap "$ov")
       "$braid" launch --nproc-per-node 2 --timeout 300 "$bin" "$stage" "$steps" 2 "${args[@]}" \
-        fp32 bf16 | sed -n 's/^\[rank 0\] \({.*\)$/braid \1/p' >>"$out"
+        fp32 bf16 bf16p | sed -n 's/^\[rank 0\] \({.*\)$/braid \1/p' >>"$out"
     done
   done
   "$torch_python" "$here/ddp_vs_torch.py" "$steps" 2 fp32 bf16 | sed 's/^/torch /' >>"$out"
@@ -70,8 +70,10 @@ hdr = (f"{'mode':10} {'overlap':7} {'dtype':5} {'tok/s':>7} {'step ms':>8} {'com
 span = lambda rs: (f"{min(r['tokens_per_s'] for r in rs):.0f}-"
                    f"{max(r['tokens_per_s'] for r in rs):.0f}")
 print(hdr)
-for dtype in ("fp32", "bf16"):
-    torch_rs = rows[("torch DDP", "-", dtype)]
+for dtype in ("fp32", "bf16", "bf16p"):  # bf16p (braid's FSDP MixedPrecision) vs torch bf16
+    if not any(k[2] == dtype for k in rows):
+        continue
+    torch_rs = rows[("torch DDP", "-", "bf16" if dtype == "bf16p" else dtype)]
     torch_tps = med(torch_rs, "tokens_per_s")
     order = lambda kv: ({"single": 0, "torch DDP": 2}.get(kv[0][0], 1), kv[0])
     for (mode, ov, dt), rs in sorted(rows.items(), key=order):

@@ -5,7 +5,7 @@
 // process. bench/ddp_vs_torch.py runs the same model and batch with PyTorch DDP.
 //
 //   braid launch --nproc-per-node 2 braid_bench_zero <0|1|2|3> <steps> <warmup> <dtype>...
-//   braid_bench_zero single <steps> <warmup> <dtype>...              dtype: fp32 | bf16
+//   braid_bench_zero single <steps> <warmup> <dtype>...              dtype: fp32 | bf16 | bf16p
 //   braid_bench_zero --features      prints "overlap yes" when ShardingOptions has `overlap`
 // `--overlap on|off` among the dtypes sets ShardingOptions::overlap (default: its default).
 //
@@ -121,8 +121,15 @@ std::pair<Tensor, Tensor> batch(int64_t step, int64_t first, int64_t count) {
   return {data.narrow(1, 0, kContext).contiguous(), data.narrow(1, 1, kContext).contiguous()};
 }
 
+// fp32; bf16: bf16 autocast over f32 parameters; bf16p: FSDP's MixedPrecision (parameters
+// held and gathered in bf16, f32 masters, gradients reduced in f32) under bf16 autocast. The
+// single process runs bf16p as bf16 (there is nothing to gather).
 amp::AutocastScope autocast(const std::string& dtype) {
-  return dtype == "bf16" ? amp::AutocastScope(DType::kBF16) : amp::AutocastScope::noop();
+  return dtype == "fp32" ? amp::AutocastScope::noop() : amp::AutocastScope(DType::kBF16);
+}
+shard::ShardingOptions with_dtype(shard::ShardingOptions so, const std::string& dtype) {
+  if (dtype == "bf16p") so.param_dtype = DType::kBF16;
+  return so;
 }
 
 // The step's phases, one entry per timed step.
@@ -218,14 +225,14 @@ std::pair<Run, Run> run_stage(const std::shared_ptr<ProcessGroup>& world_pg,
   Allocator& alloc = get_allocator(kCPU);
   Run real, co;
   world_pg->barrier();
-  Stepper sr(world_pg, so, dtype, rank, world);
+  Stepper sr(world_pg, with_dtype(so, dtype), dtype, rank, world);
   for (int i = 0; i < warmup; ++i) {
     if (i == warmup - 1) alloc.reset_peak();  // steady state: optimizer state exists from step 1
     sr.step(i, false, real);
   }
   real.peak_mib = double(alloc.stats().peak_bytes) / (1 << 20);
   real.held_mib = sr.held_mib();
-  Stepper sa(alone, so, dtype, rank, world);
+  Stepper sa(alone, with_dtype(so, dtype), dtype, rank, world);
   for (int i = 0; i < warmup; ++i) sa.step(i, false, co);
   world_pg->barrier();
   for (int i = warmup; i < warmup + steps; ++i) {
@@ -330,7 +337,7 @@ int run(int argc, char** argv) {
   }
   BRAID_CHECK(argc >= 5, kInvalidArgument,
               "usage: braid_bench_zero <single|0|1|2|3> <steps> <warmup> [--overlap on|off] "
-              "<fp32|bf16>...");
+              "<fp32|bf16|bf16p>...");
   const std::string mode = argv[1];
   const int steps = std::stoi(argv[2]), warmup = std::stoi(argv[3]);
   BRAID_CHECK(steps >= 1 && warmup >= 2, kInvalidArgument,
@@ -344,7 +351,8 @@ int run(int argc, char** argv) {
     if (a == "--overlap" && i + 1 < argc) {
       overlap = argv[++i];
     } else {
-      BRAID_CHECK(a == "fp32" || a == "bf16", kInvalidArgument, "unknown dtype ", a);
+      BRAID_CHECK(a == "fp32" || a == "bf16" || a == "bf16p", kInvalidArgument, "unknown dtype ",
+                  a);
       dtypes.push_back(a);
     }
   }
