@@ -199,18 +199,14 @@ void fold_blocks(const Tensor& blocks, int world, int64_t count, Tensor& acc) {
   }
 }
 
-namespace {
-
 // ShardingOptions::overlap's automatic choice: a communication thread pays off only when a
 // core is free for it.
-bool use_overlap(const ShardingOptions& o) {
+bool resolve_overlap(const ShardingOptions& o) {
   if (o.overlap.has_value()) return *o.overlap;
   const int64_t local_ranks = get_env_int("LOCAL_WORLD_SIZE", 1);
   const int64_t cpus = static_cast<int64_t>(std::thread::hardware_concurrency());
   return cpus > local_ranks * get_num_threads();
 }
-
-}  // namespace
 
 ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
                            ShardingOptions options)
@@ -391,7 +387,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     impl_->param_store = std::make_unique<SwapStore>(so);
     for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);
   }
-  if (use_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
+  if (resolve_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
 ShardedModel::~ShardedModel() {

@@ -132,6 +132,11 @@ struct ShardingOptions {
   bool backward_prefetch = true;
 };
 
+// Whether a ShardedModel with these options runs a communication thread: `overlap` when set,
+// else on when this node has more CPUs than its ranks' intra-op threads (LOCAL_WORLD_SIZE x
+// get_num_threads()).
+bool resolve_overlap(const ShardingOptions& options);
+
 class ShardedCheckpoint;  // checkpoint.h
 
 // The rest of a training run's state, saved beside the model and optimizer in a sharded
