@@ -8,11 +8,12 @@
 
 namespace braid::cli {
 
-void add_bench_command(CLI::App& app);          // braid bench: collective benchmarks
-void add_env_command(CLI::App& app);            // braid env: the environment report
-void add_launch_command(CLI::App& app);         // braid launch: run N ranks of a program
-void add_merge_weights_command(CLI::App& app);  // braid merge-weights: sharded -> safetensors
-void add_version_command(CLI::App& app);        // braid version
+void add_bench_command(CLI::App& app);            // braid bench: collective benchmarks
+void add_env_command(CLI::App& app);              // braid env: the environment report
+void add_estimate_memory_command(CLI::App& app);  // braid estimate-memory: per-stage peaks
+void add_launch_command(CLI::App& app);           // braid launch: run N ranks of a program
+void add_merge_weights_command(CLI::App& app);    // braid merge-weights: sharded -> safetensors
+void add_version_command(CLI::App& app);          // braid version
 
 // Thrown by a command that finished with a specific non-zero exit status (braid launch
 // returns its ranks' status); main.cc returns `code`.

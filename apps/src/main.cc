@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   braid::cli::add_bench_command(app);
   braid::cli::add_env_command(app);
+  braid::cli::add_estimate_memory_command(app);
   braid::cli::add_launch_command(app);
   braid::cli::add_merge_weights_command(app);
   braid::cli::add_version_command(app);
