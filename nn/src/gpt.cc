@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string_view>
 #include <vector>
 
 #include "braid/nn/gpt.h"
+#include "gpt_internal.h"
 
 namespace braid::nn {
 namespace {
@@ -20,6 +22,13 @@ struct BlockCtx {
   DType attn_out, mlp_out;  // dtypes of the two branches' outputs
 };
 
+// A child by name, looked up on every pass so that a swapped child (tensor parallelism,
+// Module::replace_module) is the one that runs.
+template <typename T = Layer>
+T& sub(const Module& m, std::string_view name) {
+  return dynamic_cast<T&>(*m.child(name));
+}
+
 }  // namespace
 
 // ---- MLP -----------------------------------------------------------------------------------
@@ -32,42 +41,37 @@ MLP::MLP(const GPTConfig& cfg) : Layer("GPT2MLP") {
   auto c_proj = std::make_shared<Linear>(cfg.inner(), cfg.n_embd, Bias::kYes, WeightLayout::kInOut,
                                          cfg.dtype);
   auto dropout = std::make_shared<Dropout>(cfg.resid_pdrop);
-  // The layers are this module's children (transformers' names mlp.c_fc, ...); seq_ only runs
-  // them in order and is not registered, so it adds no level to the names.
-  seq_ = std::make_shared<Sequential>();
   register_module("c_fc", c_fc);
   register_module("c_proj", c_proj);
   register_module("act", act);
   register_module("dropout", dropout);
-  seq_->append("c_fc", c_fc);
-  seq_->append("act", act);
-  seq_->append("c_proj", c_proj);
-  seq_->append("dropout", dropout);
 }
 
 Tensor MLP::forward_impl(const Tensor& x) {
-  return seq_->forward(x);
+  const Tensor h = sub(*this, "act").forward(sub(*this, "c_fc").forward(x));
+  return sub(*this, "dropout").forward(sub(*this, "c_proj").forward(h));
 }
 
 Tensor MLP::backward_impl(const Tensor& grad_output) {
-  return seq_->backward(grad_output);
+  const Tensor g = sub(*this, "c_proj").backward(sub(*this, "dropout").backward(grad_output));
+  return sub(*this, "c_fc").backward(sub(*this, "act").backward(g));
 }
 
 // ---- Block ---------------------------------------------------------------------------------
 
 Block::Block(const GPTConfig& cfg) : Layer("GPT2Block") {
-  ln_1_ = register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
-                                                              Bias::kYes, cfg.dtype));
-  attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
-  ln_2_ = register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
-                                                              Bias::kYes, cfg.dtype));
-  mlp_ = register_module("mlp", std::make_shared<MLP>(cfg));
+  register_module("ln_1", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
+                                                      Bias::kYes, cfg.dtype));
+  register_module("attn", std::make_shared<CausalSelfAttention>(cfg));
+  register_module("ln_2", std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon,
+                                                      Bias::kYes, cfg.dtype));
+  register_module("mlp", std::make_shared<MLP>(cfg));
 }
 
 Tensor Block::forward_impl(const Tensor& x) {
-  const Tensor a = attn_->forward(ln_1_->forward(x));
+  const Tensor a = sub(*this, "attn").forward(sub(*this, "ln_1").forward(x));
   const Tensor h = add_as(x, a);
-  const Tensor m = mlp_->forward(ln_2_->forward(h));
+  const Tensor m = sub(*this, "mlp").forward(sub(*this, "ln_2").forward(h));
   save_for_backward(BlockCtx{a.dtype(), m.dtype()});
   return add_as(h, m);
 }
@@ -76,37 +80,73 @@ Tensor Block::backward_impl(const Tensor& grad_output) {
   const BlockCtx ctx = pop_saved<BlockCtx>();
   // out = h + mlp(ln_2(h)); h = x + attn(ln_1(x)).
   const Tensor dh =
-      add_as(grad_output, ln_2_->backward(mlp_->backward(grad_output.to(ctx.mlp_out))));
-  return add_as(dh, ln_1_->backward(attn_->backward(dh.to(ctx.attn_out))));
+      add_as(grad_output,
+             sub(*this, "ln_2").backward(sub(*this, "mlp").backward(grad_output.to(ctx.mlp_out))));
+  return add_as(dh, sub(*this, "ln_1").backward(sub(*this, "attn").backward(dh.to(ctx.attn_out))));
 }
+
+// ---- embedding (shared with GPTStage, gpt_stage.cc) ------------------------------------------
+
+namespace detail {
+
+Tensor gpt_embed_forward(const GPTConfig& cfg, Embedding& wte, Embedding& wpe, Dropout& drop,
+                         const Tensor& ids, const char* who) {
+  BRAID_CHECK(ids.defined(), kInvalidArgument, who, ": ids are undefined");
+  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument, who,
+              ": ids must be i64 or i32 token ids, got dtype ", ids.dtype());
+  BRAID_CHECK(ids.dim() == 2, kInvalidArgument, who, ": ids must be [batch, seq], got shape ",
+              shape_str(ids.shape()));
+  const int64_t seq = ids.size(1);
+  BRAID_CHECK(seq <= cfg.n_positions, kInvalidArgument, who, ": sequence length ", seq,
+              " exceeds n_positions ", cfg.n_positions);
+  const Tensor idc = ids.contiguous();
+  for (int64_t i = 0; i < idc.numel(); ++i) {
+    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
+    BRAID_CHECK(id >= 0 && id < cfg.vocab_size, kOutOfRange, who, ": token id ", id, " at [",
+                i / std::max<int64_t>(seq, 1), ", ", i % std::max<int64_t>(seq, 1),
+                "] is outside [0, vocab_size ", cfg.vocab_size, ")");
+  }
+  const Tensor tok = wte.forward(idc);                  // [B, T, d]
+  const Tensor pos = wpe.forward(Tensor::arange(seq));  // [T, d]
+  return drop.forward(add(tok, pos));
+}
+
+void gpt_embed_backward(Embedding& wte, Embedding& wpe, Dropout& drop, const Tensor& grad) {
+  const Tensor g = drop.backward(grad);
+  // tok + pos broadcast pos over the batch: its gradient is the sum over the batch.
+  wpe.backward(sum(g, 0));
+  wte.backward(g);
+}
+
+}  // namespace detail
 
 // ---- GPT -----------------------------------------------------------------------------------
 
 GPT::GPT(const GPTConfig& cfg) : Layer("GPT2LMHeadModel"), cfg_(cfg) {
   cfg_.validate();
-  auto transformer = register_module("transformer", std::make_shared<Module>("GPT2Model"));
-  wte_ = transformer->register_module(
+  transformer_ = register_module("transformer", std::make_shared<Module>("GPT2Model"));
+  auto wte = transformer_->register_module(
       "wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, cfg.dtype));
-  wpe_ = transformer->register_module(
+  wpe_ = transformer_->register_module(
       "wpe", std::make_shared<Embedding>(cfg.n_positions, cfg.n_embd, cfg.dtype));
-  drop_ = transformer->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
-  h_ = transformer->register_module("h", std::make_shared<ModuleList>());
+  transformer_->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
+  h_ = transformer_->register_module("h", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     auto block = std::make_shared<Block>(cfg);
     block->set_checkpointing(cfg.activation_checkpointing);
     h_->push_back(block);
   }
-  ln_f_ = transformer->register_module(
+  transformer_->register_module(
       "ln_f",
       std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon, Bias::kYes, cfg.dtype));
   // The head is a Linear ([vocab, d], torch's layout, no bias) whose weight is wte's Parameter
   // handle: one tensor, one gradient (tied). Its own initial weight is drawn from a private
   // generator (the default one is not advanced) and dropped.
   Generator unused(0);
-  lm_head_ = register_module("lm_head",
-                             std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
-                                                      WeightLayout::kOutIn, cfg.dtype, &unused));
-  lm_head_->set_parameter("weight", wte_->weight());
+  auto lm_head = register_module(
+      "lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
+                                          WeightLayout::kOutIn, cfg.dtype, &unused));
+  lm_head->set_parameter("weight", wte->weight());
 }
 
 Block& GPT::block(int64_t i) {
@@ -179,39 +219,22 @@ void GPT::init_weights(Generator& gen) {
 }
 
 Tensor GPT::forward_impl(const Tensor& ids) {
-  BRAID_CHECK(ids.defined(), kInvalidArgument, "GPT: ids are undefined");
-  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument,
-              "GPT: ids must be i64 or i32 token ids, got dtype ", ids.dtype());
-  BRAID_CHECK(ids.dim() == 2, kInvalidArgument, "GPT: ids must be [batch, seq], got shape ",
-              shape_str(ids.shape()));
-  const int64_t batch = ids.size(0), seq = ids.size(1);
-  BRAID_CHECK(seq <= cfg_.n_positions, kInvalidArgument, "GPT: sequence length ", seq,
-              " exceeds n_positions ", cfg_.n_positions);
-  const Tensor idc = ids.contiguous();
-  for (int64_t i = 0; i < idc.numel(); ++i) {
-    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
-    BRAID_CHECK(id >= 0 && id < cfg_.vocab_size, kOutOfRange, "GPT: token id ", id, " at [",
-                i / std::max<int64_t>(seq, 1), ", ", i % std::max<int64_t>(seq, 1),
-                "] is outside [0, vocab_size ", cfg_.vocab_size, ")");
-  }
-  const Tensor tok = wte_->forward(idc);                  // [B, T, d]
-  const Tensor pos = wpe_->forward(Tensor::arange(seq));  // [T, d]
-  Tensor h = drop_->forward(add(tok, pos));
+  const Module& t = *transformer_;
+  Tensor h = detail::gpt_embed_forward(cfg_, sub<Embedding>(t, "wte"), *wpe_,
+                                       sub<Dropout>(t, "drop"), ids, "GPT");
   for (int64_t i = 0; i < cfg_.n_layer; ++i) h = block(i).forward(h);
-  h = ln_f_->forward(h);
+  h = sub(t, "ln_f").forward(h);
 
   // The head: logits = h wte^T, a Linear in autocast's matmul dtype.
-  Tensor logits = lm_head_->forward(h);
+  Tensor logits = sub(*this, "lm_head").forward(h);
   return logits;
 }
 
 Tensor GPT::backward_impl(const Tensor& grad_output) {
-  Tensor g = ln_f_->backward(lm_head_->backward(grad_output));
+  const Module& t = *transformer_;
+  Tensor g = sub(t, "ln_f").backward(sub(*this, "lm_head").backward(grad_output));
   for (int64_t i = cfg_.n_layer - 1; i >= 0; --i) g = block(i).backward(g);
-  g = drop_->backward(g);
-  // tok + pos broadcast pos over the batch: its gradient is the sum over the batch.
-  wpe_->backward(sum(g, 0));
-  wte_->backward(g);
+  detail::gpt_embed_backward(sub<Embedding>(t, "wte"), *wpe_, sub<Dropout>(t, "drop"), g);
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "braid/core/rng.h"
 #include "braid/tensor/ops.h"
@@ -113,6 +114,15 @@ void Module::set_parameter(std::string_view name, Parameter p) {
   BRAID_CHECK(p.defined(), kInvalidArgument, type_name_, ": set_parameter('", name,
               "') with an undefined parameter");
   param(name) = std::move(p);
+}
+
+std::shared_ptr<Module> Module::replace_module(std::string_view name, std::shared_ptr<Module> m) {
+  BRAID_CHECK(m != nullptr, kInvalidArgument, type_name_, ": replace_module('", name,
+              "') with a null module");
+  for (auto& [n, slot] : children_) {
+    if (n == name) return std::exchange(slot, std::move(m));
+  }
+  return child(name);  // throws kOutOfRange naming the children
 }
 
 Tensor& Module::buffer(std::string_view name) {

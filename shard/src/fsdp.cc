@@ -21,6 +21,7 @@
 #include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "braid/core/thread_pool.h"
+#include "braid/shard/tensor_parallel.h"
 #include "braid/tensor/ops.h"
 #include "fsdp_impl.h"
 
@@ -162,6 +163,7 @@ void ShardedModel::Impl::drop_prefetches() {
 // Packing happens here; the collective and the fold run on the communication thread, which
 // alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
+  if (s.unit->padded == 0) return;  // a root unit without parameters of its own
   Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype);
   for (auto& up : s.unit->params) {
     Tensor& grad = up.param.grad();
@@ -432,6 +434,10 @@ void ShardedModel::finish_gradients(double scale) {
     return;
   }
   for (auto& s : impl_->states) {
+    if (s.unit->padded == 0) {  // nothing to reduce: an empty gradient
+      s.opt_param.grad() = Tensor::zeros({0}, DType::kF32);
+      continue;
+    }
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
     // HSDP without the ordered reduction: each replica folded its own ranks; add the replicas.
@@ -478,6 +484,9 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
   impl_->drain();
   BRAID_CHECK(max_norm >= 0, kInvalidArgument, "clip_grad_norm_: max_norm must be >= 0, got ",
               max_norm);
+  // Tensor parallelism: split gradients are summed over tp as well (tensor_parallel_plan.cc).
+  if (options_.tensor_parallel)
+    return shard::clip_grad_norm_(*this, *options_.tensor_parallel, max_norm);
   // Sum of squares per kChunk elements of each unit's flat gradient, in f64, then the chunks
   // in order: unit by unit, chunk by chunk. Every rank ends with every chunk's partial.
   double total = 0;

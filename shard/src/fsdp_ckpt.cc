@@ -12,6 +12,7 @@
 #include "braid/core/logging.h"
 #include "braid/core/rng.h"
 #include "braid/shard/checkpoint.h"
+#include "braid/shard/tensor_parallel.h"
 #include "fsdp_impl.h"
 
 namespace braid::shard {
@@ -57,6 +58,18 @@ Run run_of(const UnitParam& up, const ShardInfo& shard) {
   return {std::max(up.offset, shard.offset), std::min(up.offset + up.numel, shard.end())};
 }
 
+// Local elements [lo, hi) of `up` as runs of the tensor the checkpoint holds under its name:
+// with tensor parallelism the global tensor (this rank's slice mapped into it), else `up`.
+std::vector<ElementRun> runs_of(const TensorParallelPlan* plan, const UnitParam& up, int64_t lo,
+                                int64_t hi) {
+  if (plan != nullptr) return plan->runs(up.param, up.shape, lo, hi);
+  if (hi <= lo) return {};
+  return {{lo, lo, hi - lo}};
+}
+Shape global_shape_of(const TensorParallelPlan* plan, const UnitParam& up) {
+  return plan != nullptr ? plan->global_shape(up.param, up.shape) : up.shape;
+}
+
 // "state.<i>.<name>" -> (i, name)
 bool parse_state_key(const std::string& key, int64_t* index, std::string* name) {
   if (key.rfind("state.", 0) != 0) return false;
@@ -69,23 +82,41 @@ bool parse_state_key(const std::string& key, int64_t* index, std::string* name) 
 
 }  // namespace
 
+ProcessGroup& ShardedModel::Impl::checkpoint_group() const {
+  const TensorParallelPlan* plan = options.tensor_parallel.get();
+  BRAID_CHECK(options.checkpoint_group != nullptr || plan == nullptr || plan->size() == 1,
+              kInvalidArgument, "ShardedModel checkpoints: with tensor parallelism over ",
+              plan ? plan->size() : 1,
+              " ranks give ShardingOptions::checkpoint_group (every rank of the dp x tp mesh, e.g. "
+              "mesh.world())");
+  return options.checkpoint_group ? *options.checkpoint_group : *pg;
+}
+
 void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
                                    const nn::Optimizer* optimizer, const StringMap& metadata,
                                    const TrainingState& extra) {
   impl_->drain();
+  ProcessGroup& group = impl_->checkpoint_group();
+  const TensorParallelPlan* plan = options_.tensor_parallel.get();
   const bool stage0 = options_.stage == ZeroStage::k0;
   std::vector<Piece> pieces;
-  // `flat_of(i)`: unit i's values as a flat [padded] or shard [count] source tensor.
-  const auto add_pieces = [&](const std::string& prefix, size_t u, const Tensor& source,
-                              bool source_is_shard) {
+  // Local elements [lo, hi) of `up`, whose element lo is element `at` of the 1-D `source`.
+  // Under tensor parallelism a replicated parameter is written by tp rank 0 alone.
+  const auto emit = [&](const std::string& prefix, const UnitParam& up, int64_t lo, int64_t hi,
+                        const Tensor& source, int64_t at) {
+    if (plan != nullptr && !plan->writes(up.param)) return;
+    for (const ElementRun& run : runs_of(plan, up, lo, hi)) {
+      pieces.push_back(Piece{prefix + up.name, global_shape_of(plan, up), run.global_offset,
+                             source.narrow(0, at + run.local_offset - lo, run.count).contiguous()});
+    }
+  };
+  // Unit u's values as this rank's shard [count] of its flat buffer.
+  const auto add_pieces = [&](const std::string& prefix, size_t u, const Tensor& shard) {
     const UnitState& s = impl_->states[u];
     for (const auto& up : s.unit->params) {
       const Run r = run_of(up, s.shard);
-      if (r.empty()) continue;
-      const int64_t start = source_is_shard ? r.lo - s.shard.offset : r.lo - up.offset;
-      Piece p{prefix + up.name, up.shape, r.lo - up.offset,
-              source.narrow(0, start, r.hi - r.lo).contiguous()};
-      pieces.push_back(std::move(p));
+      if (!r.empty())
+        emit(prefix, up, r.lo - up.offset, r.hi - up.offset, shard, r.lo - s.shard.offset);
     }
   };
   for (size_t u = 0; u < impl_->states.size(); ++u) {
@@ -94,16 +125,12 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
       for (const auto& up : s.unit->params) {
         const Run r = run_of(up, s.shard);
         if (r.empty()) continue;
-        pieces.push_back(Piece{up.name, up.shape, r.lo - up.offset,
-                               impl_->stage0_target(up)
-                                   .data()
-                                   .reshape({up.numel})
-                                   .narrow(0, r.lo - up.offset, r.hi - r.lo)
-                                   .contiguous()});
+        emit("", up, r.lo - up.offset, r.hi - up.offset,
+             impl_->stage0_target(up).data().reshape({up.numel}), r.lo - up.offset);
       }
     } else {
       UnitState& st = impl_->states[u];
-      add_pieces("", u, impl_->master_shard(st), true);
+      add_pieces("", u, impl_->master_shard(st));
       if (impl_->param_store && !st.shard_param.defined()) {
         impl_->param_store->release(impl_->shard_key(st));
       }
@@ -139,11 +166,10 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
         const auto [u, up] = stage0_index.at(static_cast<size_t>(i));
         const Run r = run_of(*up, impl_->states[u].shard);
         if (r.empty()) continue;
-        pieces.push_back(
-            Piece{prefix + up->name, up->shape, r.lo - up->offset,
-                  t.reshape({up->numel}).narrow(0, r.lo - up->offset, r.hi - r.lo).contiguous()});
+        emit(prefix, *up, r.lo - up->offset, r.hi - up->offset, t.reshape({up->numel}),
+             r.lo - up->offset);
       } else {
-        add_pieces(prefix, static_cast<size_t>(i), t, true);
+        add_pieces(prefix, static_cast<size_t>(i), t);
       }
     }
   }
@@ -154,9 +180,9 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
     const std::vector<uint8_t> mine = default_generator(kCPU).get_state();
     Tensor local = Tensor::empty({static_cast<int64_t>(mine.size())}, DType::kU8);
     std::copy(mine.begin(), mine.end(), local.data<uint8_t>());
-    const int world = impl_->all->size();
+    const int world = group.size();
     Tensor all = Tensor::empty({static_cast<int64_t>(mine.size()) * world}, DType::kU8);
-    impl_->all->all_gather_into(all, local);
+    group.all_gather_into(all, local);
     for (int r = 0; r < world; ++r) {
       const uint8_t* p = all.data<uint8_t>() + r * static_cast<int64_t>(mine.size());
       meta[kRngPrefix + std::to_string(r)] = to_hex(std::vector<uint8_t>(p, p + mine.size()));
@@ -164,13 +190,15 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
   }
   // HSDP: every replica holds the same shards; the first replica writes them.
   if (impl_->replicas && impl_->replicas->rank() != 0) pieces.clear();
-  save_sharded_checkpoint(folder, pieces, *impl_->pg, meta);
+  save_sharded_checkpoint(folder, pieces, group, meta);
 }
 
 void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer,
                                    const TrainingState& extra) {
-  impl_->drain();            // nothing may read the shards while they are replaced
-  impl_->drop_prefetches();  // gathers of the old values
+  impl_->drain();             // nothing may read the shards while they are replaced
+  impl_->drop_prefetches();   // gathers of the old values
+  impl_->checkpoint_group();  // checks that one is given where tensor parallelism needs it
+  const TensorParallelPlan* plan = options_.tensor_parallel.get();
   ShardedCheckpoint ckpt(folder);
   load_training_state(ckpt, folder, extra);
   const bool stage0 = options_.stage == ZeroStage::k0;
@@ -186,12 +214,17 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
       BRAID_CHECK(ckpt.contains(name), kInvalidArgument,
                   "ShardedModel::load_checkpoint: ", folder.string(), " has no tensor '", name,
                   "'");
-      BRAID_CHECK(ckpt.shape(name) == up.shape, kInvalidArgument,
-                  "ShardedModel::load_checkpoint: '", name, "' has shape ",
-                  shape_str(ckpt.shape(name)), " in ", folder.string(), ", the model has ",
-                  shape_str(up.shape));
-      ckpt.read_range(name, r.lo - up.offset, r.hi - r.lo,
-                      out.data<float>() + (r.lo - range.offset), DType::kF32);
+      const Shape shape = global_shape_of(plan, up);
+      BRAID_CHECK(ckpt.shape(name) == shape, kInvalidArgument, "ShardedModel::load_checkpoint: '",
+                  name, "' has shape ", shape_str(ckpt.shape(name)), " in ", folder.string(),
+                  ", the model has ", shape_str(shape));
+      // Tensor parallelism: this rank's slice, run by run (padding rows stay zero).
+      const int64_t lo = r.lo - up.offset;
+      for (const ElementRun& run : runs_of(plan, up, lo, r.hi - up.offset)) {
+        ckpt.read_range(name, run.global_offset, run.count,
+                        out.data<float>() + (r.lo - range.offset) + (run.local_offset - lo),
+                        DType::kF32);
+      }
     }
     return out;
   };
@@ -297,12 +330,13 @@ void ShardedModel::load_training_state(const ShardedCheckpoint& ckpt,
     extra.scheduler->load_state_json(need(kSchedulerJson, "scheduler"));
   if (extra.scaler != nullptr) extra.scaler->load_state_json(need(kScalerJson, "GradScaler"));
   if (!extra.rng_states) return;
-  const std::string key = kRngPrefix + std::to_string(impl_->pg->rank());
+  ProcessGroup& group = impl_->checkpoint_group();
+  const std::string key = kRngPrefix + std::to_string(group.rank());
   auto it = meta.find(key);
-  if (ckpt.world_size() != impl_->pg->size() || it == meta.end()) {
+  if (ckpt.world_size() != group.size() || it == meta.end()) {
     if (meta.count(kRngPrefix + std::string("0"))) {
       BRAID_LOG(kWarning) << "load_checkpoint: " << folder.string() << " was saved by "
-                          << ckpt.world_size() << " ranks, this run has " << impl_->pg->size()
+                          << ckpt.world_size() << " ranks, this run has " << group.size()
                           << ": RNG states are not restored";
     }
     return;

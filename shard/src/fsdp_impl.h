@@ -77,6 +77,9 @@ struct ShardedModel::Impl {
   std::vector<std::pair<nn::Layer*, nn::ModuleHooks>> stage0_hooks;
 
   int world() const { return comm->size(); }  // the shard group's size
+  // The group checkpoints are saved and loaded over (options.checkpoint_group, else pg);
+  // kInvalidArgument when tensor parallelism needs one and none was given (fsdp_ckpt.cc).
+  ProcessGroup& checkpoint_group() const;
   int num_replicas() const { return replicas ? replicas->size() : 1; }
   // Runs fn on the communication thread (or here, without overlap).
   std::shared_ptr<CommQueue::Op> submit(std::string what, std::function<void()> fn);

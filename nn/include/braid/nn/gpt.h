@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "braid/core/rng.h"
 #include "braid/nn/layers.h"
@@ -57,9 +58,20 @@ struct GPTConfig {
 // Causal multi-head self-attention: c_attn (d -> 3d), scores q k^T / sqrt(head_dim) with a
 // causal mask, softmax in f32, attention dropout, c_proj (d -> d), residual dropout.
 // [B, T, d] -> [B, T, d].
+//
+// The sub-layers are looked up by name on every pass, so tensor parallelism
+// (shard::parallelize_gpt) can swap them for parallel ones with Module::replace_module.
 class CausalSelfAttention : public Layer {
  public:
   explicit CausalSelfAttention(const GPTConfig& cfg);
+
+  // Tensor parallelism: this rank computes heads [first, first + count) of n_head, so c_attn
+  // yields [B, T, 3 * count * head_dim] (q | k | v of those heads) and c_proj takes
+  // [B, T, count * head_dim]. count must divide n_head and first be a multiple of count.
+  // Attention dropout then draws each head's mask at its global head index (docs/parallelism.md).
+  void set_local_heads(int64_t first, int64_t count);
+  int64_t first_head() const { return first_head_; }
+  int64_t local_heads() const { return local_heads_; }
 
  protected:
   Tensor forward_impl(const Tensor& x) override;
@@ -67,11 +79,12 @@ class CausalSelfAttention : public Layer {
 
  private:
   int64_t n_head_, n_embd_;
-  std::shared_ptr<Linear> c_attn_, c_proj_;
-  std::shared_ptr<Dropout> attn_drop_, resid_drop_;
+  int64_t first_head_ = 0, local_heads_;
+  std::shared_ptr<Dropout> attn_drop_;
 };
 
-// c_fc (d -> inner), GELU, c_proj (inner -> d), dropout.
+// c_fc (d -> inner), GELU, c_proj (inner -> d), dropout; children looked up by name on every
+// pass (as CausalSelfAttention's).
 class MLP : public Layer {
  public:
   explicit MLP(const GPTConfig& cfg);
@@ -79,9 +92,6 @@ class MLP : public Layer {
  protected:
   Tensor forward_impl(const Tensor& x) override;
   Tensor backward_impl(const Tensor& grad_output) override;
-
- private:
-  std::shared_ptr<Sequential> seq_;
 };
 
 // x + attn(ln_1(x)), then + mlp(ln_2(.)). Type name "GPT2Block" (wrap policies match it).
@@ -92,16 +102,12 @@ class Block : public Layer {
  protected:
   Tensor forward_impl(const Tensor& x) override;
   Tensor backward_impl(const Tensor& grad_output) override;
-
- private:
-  std::shared_ptr<LayerNorm> ln_1_, ln_2_;
-  std::shared_ptr<CausalSelfAttention> attn_;
-  std::shared_ptr<MLP> mlp_;
 };
 
 // ids [B, T] (i64 or i32, T <= n_positions) -> logits [B, T, vocab]. Type name
 // "GPT2LMHeadModel". backward(dlogits) fills every parameter's gradient and returns an
-// undefined Tensor.
+// undefined Tensor. transformer.wte / .drop / .ln_f and lm_head are looked up by name on every
+// pass (tensor parallelism swaps them: shard/tensor_parallel.h).
 class GPT : public Layer {
  public:
   explicit GPT(const GPTConfig& cfg);
@@ -138,9 +144,52 @@ class GPT : public Layer {
 
  private:
   GPTConfig cfg_;
+  std::shared_ptr<Module> transformer_;
+  std::shared_ptr<Embedding> wpe_;
+  std::shared_ptr<ModuleList> h_;
+};
+
+// ---- pipeline stages -------------------------------------------------------------------------
+
+// The part of a GPT one pipeline stage holds (shard/pipeline.h cuts a GPT into these).
+struct GPTStageSpec {
+  int64_t first_block = 0;  // blocks [first_block, end_block)
+  int64_t end_block = 0;
+  bool embedding = false;  // wte, wpe, drop: the stage's input is token ids
+  bool head = false;       // ln_f and lm_head: the stage's output is logits
+};
+
+// A slice of the GPT for pipeline parallelism, with the GPT's parameter names
+// ("transformer.h.5.attn.c_attn.weight"), so a GPT state dict loads into it (non-strict: it
+// holds only its part). forward(ids [B, T]) or forward(h [B, T, d]) -> h [B, T, d] or logits
+// [B, T, vocab]; backward returns the input's gradient (undefined for ids). Each layer runs
+// exactly as inside GPT, so a stage computes the bits of its slice of GPT. The head's
+// weight: with the embedding on the same stage, wte's handle (tied, as GPT); otherwise
+// `lm_head.weight` is a replica of wte that the pipeline keeps equal to the first stage's
+// (docs/parallelism.md, "Tied weights"). Type name "GPTStage".
+class GPTStage : public Layer {
+ public:
+  GPTStage(const GPTConfig& cfg, GPTStageSpec spec);
+  const GPTConfig& config() const { return cfg_; }
+  const GPTStageSpec& spec() const { return spec_; }
+
+  // The values GPT::init_weights(gen) gives these parameters (the replica: wte's), computed
+  // per parameter by GPT::init_weights_range; `gen` (in the state init_weights would start
+  // from) is not advanced, nor is the default generator. f32 parameters only.
+  void init_weights(const Generator& gen);
+
+  Block& block(int64_t i);  // a global block index in [first_block, end_block)
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override;
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  GPTConfig cfg_;
+  GPTStageSpec spec_;
   std::shared_ptr<Embedding> wte_, wpe_;
   std::shared_ptr<Dropout> drop_;
-  std::shared_ptr<ModuleList> h_;
+  std::vector<std::shared_ptr<Block>> blocks_;
   std::shared_ptr<LayerNorm> ln_f_;
   std::shared_ptr<Linear> lm_head_;
 };

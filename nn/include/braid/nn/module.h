@@ -119,6 +119,12 @@ class Module {
   std::shared_ptr<Module> child(std::string_view name) const;
   // Replaces a registered parameter handle (retie_parameters, sharding's flat views).
   void set_parameter(std::string_view name, Parameter p);
+  // Replaces a registered child module, keeping its name and place (torch's setattr on a
+  // submodule): tensor parallelism swaps a Linear for a parallel one. Returns the old child;
+  // kOutOfRange when there is no child `name`, kInvalidArgument for a null module. A module
+  // that keeps its own pointer to the child (Sequential's run list) still runs the old one;
+  // GPT's modules look their children up by name on every pass.
+  std::shared_ptr<Module> replace_module(std::string_view name, std::shared_ptr<Module> m);
 
   // Recursive, in registration order, "a.b.weight" names. remove_duplicate drops later names
   // of a parameter handle already seen (tied weights appear once), as torch does.

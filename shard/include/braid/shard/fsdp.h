@@ -42,6 +42,8 @@
 
 namespace braid::shard {
 
+class TensorParallelPlan;  // tensor_parallel.h
+
 // DeepSpeed's zero_stage: what is split over the ranks.
 enum class ZeroStage : uint8_t {
   k0 = 0,  // nothing (DDP): every rank holds everything and steps the whole model
@@ -130,6 +132,16 @@ struct ShardingOptions {
   // of the first pass. At most one unit ahead is gathered (limit_all_gathers).
   bool forward_prefetch = true;
   bool backward_prefetch = true;
+  // Tensor parallelism (tensor_parallel.h): the plan parallelize_gpt returned for the model,
+  // whose parameters are then this rank's TP slices. Checkpoints hold the global tensors (each
+  // slice's runs written at their global offsets, replicated parameters by tp rank 0 only), so
+  // they load at any TP size; clip_grad_norm_ counts the split gradients across tp and the
+  // replicated ones once. full_state_dict() still gives this rank's slices.
+  std::shared_ptr<const TensorParallelPlan> tensor_parallel{};
+  // The group save_checkpoint and load_checkpoint run over: every rank whose pieces belong in
+  // the folder (with tensor parallelism, every rank of the dp x tp mesh: mesh.world()). Null:
+  // the group given to ShardedModel; required with a tensor_parallel plan over several ranks.
+  std::shared_ptr<ProcessGroup> checkpoint_group{};
 };
 
 // Whether a ShardedModel with these options runs a communication thread: `overlap` when set,

@@ -1,0 +1,111 @@
+// GPTStage: a contiguous slice of the GPT (embedding, blocks [a, b), ln_f + head) for one
+// pipeline stage, built from the same layers as GPT and run in the same order, so the stages
+// of a pipeline together compute the bits GPT computes (docs/parallelism.md, "Pipeline
+// parallelism").
+#include <string>
+
+#include "braid/nn/gpt.h"
+#include "gpt_internal.h"
+
+namespace braid::nn {
+
+GPTStage::GPTStage(const GPTConfig& cfg, GPTStageSpec spec)
+    : Layer("GPTStage"), cfg_(cfg), spec_(spec) {
+  cfg_.validate();
+  BRAID_CHECK(
+      spec.first_block >= 0 && spec.first_block <= spec.end_block && spec.end_block <= cfg.n_layer,
+      kInvalidArgument, "GPTStage: blocks [", spec.first_block, ", ", spec.end_block,
+      ") are not a range inside [0, n_layer ", cfg.n_layer, "]");
+  BRAID_CHECK(spec.embedding || spec.head || spec.first_block < spec.end_block, kInvalidArgument,
+              "GPTStage: blocks [", spec.first_block, ", ", spec.end_block,
+              ") without the embedding or the head hold nothing");
+  auto transformer = register_module("transformer", std::make_shared<Module>("GPT2Model"));
+  if (spec.embedding) {
+    wte_ = transformer->register_module(
+        "wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, cfg.dtype));
+    wpe_ = transformer->register_module(
+        "wpe", std::make_shared<Embedding>(cfg.n_positions, cfg.n_embd, cfg.dtype));
+    drop_ = transformer->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
+  }
+  // A container without a forward (as GPT's ModuleList), its children named by their index in
+  // the whole model, so the parameter names are GPT's.
+  auto h = transformer->register_module("h", std::make_shared<Module>("ModuleList"));
+  for (int64_t i = spec.first_block; i < spec.end_block; ++i) {
+    auto block = h->register_module(std::to_string(i), std::make_shared<Block>(cfg));
+    block->set_checkpointing(cfg.activation_checkpointing);
+    blocks_.push_back(block);
+  }
+  if (spec.head) {
+    ln_f_ = transformer->register_module(
+        "ln_f",
+        std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon, Bias::kYes, cfg.dtype));
+    // As GPT: the head's own initial weight comes from a private generator and is dropped (tied)
+    // or overwritten (the replica: init_weights, a state dict, or the pipeline's first sync).
+    Generator unused(0);
+    lm_head_ = register_module("lm_head",
+                               std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
+                                                        WeightLayout::kOutIn, cfg.dtype, &unused));
+    if (spec.embedding) lm_head_->set_parameter("weight", wte_->weight());
+  }
+}
+
+Block& GPTStage::block(int64_t i) {
+  BRAID_CHECK(i >= spec_.first_block && i < spec_.end_block, kOutOfRange, "GPTStage::block: index ",
+              i, " is outside this stage's blocks [", spec_.first_block, ", ", spec_.end_block,
+              ")");
+  return *blocks_[static_cast<size_t>(i - spec_.first_block)];
+}
+
+void GPTStage::init_weights(const Generator& gen) {
+  // A GPT on the meta device knows where each parameter's draws start (init_weights_range).
+  // Building it runs the layers' constructors, which draw from the default generator: put it
+  // back afterwards.
+  Generator& dflt = default_generator(kCPU);
+  const std::vector<uint8_t> state = dflt.get_state();
+  std::shared_ptr<GPT> whole;
+  {
+    InitEmptyWeights empty;
+    whole = std::make_shared<GPT>(cfg_);
+  }
+  dflt.set_state(state);
+  for (auto& [name, p] : named_parameters()) {
+    Tensor& data = p.data();
+    BRAID_CHECK(data.dtype() == DType::kF32 && data.device() == kCPU && data.is_contiguous(),
+                kInvalidArgument, "GPTStage::init_weights: '", name,
+                "' must be a contiguous f32 cpu tensor, got ", data.dtype(), " on ",
+                data.device().str());
+    // The replica of the tied head takes wte's values.
+    const std::string source = name == "lm_head.weight" ? "transformer.wte.weight" : name;
+    whole->init_weights_range(gen, source, 0, data.numel(), data.data<float>());
+  }
+}
+
+Tensor GPTStage::forward_impl(const Tensor& x) {
+  Tensor h;
+  if (spec_.embedding) {
+    h = detail::gpt_embed_forward(cfg_, *wte_, *wpe_, *drop_, x, "GPTStage");
+  } else {
+    BRAID_CHECK(x.defined() && x.dim() == 3 && x.size(2) == cfg_.n_embd, kInvalidArgument,
+                "GPTStage (blocks [", spec_.first_block, ", ", spec_.end_block,
+                ")): the input must be hidden states [batch, seq, n_embd ", cfg_.n_embd, "], got ",
+                x.defined() ? shape_str(x.shape()) : std::string("undefined"));
+    h = x;
+  }
+  for (auto& block : blocks_) h = block->forward(h);
+  if (spec_.head) {
+    h = ln_f_->forward(h);
+    h = lm_head_->forward(h);
+  }
+  return h;
+}
+
+Tensor GPTStage::backward_impl(const Tensor& grad_output) {
+  Tensor g = grad_output;
+  if (spec_.head) g = ln_f_->backward(lm_head_->backward(g));
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) g = (*it)->backward(g);
+  if (!spec_.embedding) return g;
+  detail::gpt_embed_backward(*wte_, *wpe_, *drop_, g);
+  return {};
+}
+
+}  // namespace braid::nn

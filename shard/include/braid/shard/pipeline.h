@@ -1,0 +1,283 @@
+// Pipeline parallelism (docs/parallelism.md, "Pipeline parallelism"): a model cut into S
+// stages over the p ranks of a "pp" group (rank r holds the chunks r, r + p, r + 2p, ...: v
+// virtual stages per rank), a step's batch cut into M micro-batches, and a schedule that says,
+// per rank, in which order to run the forward and backward of each (stage, micro-batch) and
+// to send and receive activations and their gradients. Modelled on
+// torch.distributed.pipelining (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B) and
+// Megatron-Core's pipeline_parallel/schedules.py.
+//
+//   DeviceMesh mesh(world, {2, 2}, {"dp", "pp"});
+//   PipelineOptions opt{.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 4};
+//   GPTPipeline pipe(cfg, mesh.group("pp"), opt);     // this rank's stages of the GPT
+//   pipe.init_weights(gen);                           // the bits of GPT::init_weights
+//   nn::AdamW adam(pipe.parameters(), {.lr = 3e-4});
+//   double loss = pipe.step(ids, labels);             // M micro-batches: forward + backward
+//   adam.step();  adam.zero_grad();  pipe.after_step();
+//
+// A schedule is data: pipeline_order() lists every rank's actions (0F0 = forward of stage 0 on
+// micro-batch 0, 1RECV_F0, 0SEND_F0, 1B0, ...), validate_pipeline_order() checks it, and one
+// runtime (Pipeline) executes any valid list.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "braid/comm/process_group.h"
+#include "braid/core/rng.h"
+#include "braid/nn/gpt.h"
+#include "braid/nn/loss.h"
+#include "braid/nn/module.h"
+#include "braid/shard/fsdp.h"
+#include "braid/tensor/safetensors.h"
+
+namespace braid::shard {
+
+// ---- schedules ---------------------------------------------------------------------------------
+
+enum class PipelineSchedule : uint8_t {
+  kGPipe,            // every forward, then every backward (one stage per rank)
+  k1F1B,             // warmup forwards, one forward / one backward, cooldown backwards
+  kInterleaved1F1B,  // 1F1B over v virtual stages per rank, in Megatron's order
+};
+std::string_view schedule_name(PipelineSchedule schedule);  // "gpipe", "1f1b", "interleaved-1f1b"
+// Also accepts torch's class names ("ScheduleGPipe", "Schedule1F1B",
+// "ScheduleInterleaved1F1B"); kInvalidArgument listing the names otherwise.
+PipelineSchedule parse_pipeline_schedule(std::string_view name);
+
+// torch's _ComputationType: F, B, SEND_F, RECV_F, SEND_B, RECV_B.
+enum class ActionKind : uint8_t {
+  kForward,
+  kBackward,
+  kSendActivation,  // this stage's output of the micro-batch to stage + 1
+  kRecvActivation,  // this stage's input of the micro-batch from stage - 1
+  kSendGradient,    // this stage's input gradient to stage - 1
+  kRecvGradient,    // this stage's output gradient from stage + 1
+};
+
+struct PipelineAction {
+  ActionKind kind = ActionKind::kForward;
+  int64_t stage = 0;        // the stage that computes, sends or receives
+  int64_t micro_batch = 0;  // in [0, M)
+  friend bool operator==(const PipelineAction&, const PipelineAction&) = default;
+};
+// torch's notation: "<stage><F|B|SEND_F|RECV_F|SEND_B|RECV_B><micro-batch>", e.g. "1RECV_F3".
+std::string action_str(const PipelineAction& action);
+
+// What a schedule is generated for. Stage s runs on rank s % ranks as its chunk s / ranks.
+struct ScheduleShape {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int64_t ranks = 1;           // p
+  int64_t virtual_stages = 1;  // v: chunks per rank (1 for GPipe and 1F1B)
+  int64_t micro_batches = 1;   // M
+  int64_t num_stages() const { return ranks * virtual_stages; }
+};
+// kInvalidArgument naming the field: ranks, v, M >= 1; v == 1 unless interleaved; interleaved:
+// M a multiple of the rounds max(1, M / p) (torch's rule; M % p == 0 gives Megatron's order).
+void check_schedule_shape(const ScheduleShape& shape);
+
+// Forwards a rank runs before its first backward: GPipe M; 1F1B min(p - r - 1, M) (Megatron's
+// num_warmup_microbatches); interleaved min((v - 1) R + 2 (p - r - 1), v M), R = micro-batches
+// per round (p when p divides M).
+int64_t warmup_forwards(const ScheduleShape& shape, int64_t rank);
+// The forwards and backwards of one rank, in order.
+std::vector<PipelineAction> compute_actions(const ScheduleShape& shape, int64_t rank);
+// Every rank's actions with the sends and receives: a receive right before the compute that
+// needs it, a send right after the compute that produced it (sends do not block the
+// runtime: each goes to a communication thread).
+std::vector<std::vector<PipelineAction>> pipeline_order(const ScheduleShape& shape);
+// Checks a list of every rank's actions (kInvalidArgument naming the rank, the position and the
+// action, with the whole list): each stage runs on its rank; each (stage, micro-batch) is
+// forwarded once and backwarded once, after its forward; a forward after the receive of its
+// input, a backward after the receive of its output gradient; every receive matched by a send
+// of the neighbouring stage; messages of each (sender, receiver, kind) received in the order
+// sent; and the ranks run to completion when a receive waits for its send (no deadlock).
+void validate_pipeline_order(const ScheduleShape& shape,
+                             const std::vector<std::vector<PipelineAction>>& order);
+// One line per rank: "rank 0: 0F0 0SEND_F0 0F1 ...".
+std::string format_pipeline_order(const std::vector<std::vector<PipelineAction>>& order);
+
+// The idle fraction of a rank in theory, for equal stage times and free communication:
+// (p - 1) / (v M + p - 1) (GPipe and 1F1B: v = 1). Megatron states the interleaved bubble as
+// (p - 1) / (v M) of the ideal time: the same idle time, divided by v.
+double theoretical_bubble(const ScheduleShape& shape);
+
+// The schedule run on a model clock: a forward of one chunk takes forward_cost, a backward
+// backward_cost, messages are free; each action starts when its rank is free and its input has
+// arrived. ascii draws one line per rank, one cell per time unit ("F3" forward of micro-batch
+// 3, "B3" backward, "." idle; interleaved: "F3b" = chunk 1 of the rank).
+struct SimulatedPipeline {
+  int64_t makespan = 0;
+  std::vector<int64_t> busy;   // per rank
+  std::vector<double> bubble;  // per rank: 1 - busy / makespan
+  std::string ascii;
+};
+SimulatedPipeline simulate_pipeline(const ScheduleShape& shape, int64_t forward_cost = 1,
+                                    int64_t backward_cost = 2);
+
+// ---- partitioning ------------------------------------------------------------------------------
+
+enum class PartitionMethod : uint8_t {
+  kParameters,  // minimize the largest stage's parameter count (embedding on the first stage,
+                // ln_f + the head's V x d on the last), then the spread
+  kUniform,     // Megatron's default: blocks split evenly, the first stages take the remainder
+};
+
+// Blocks per stage for S stages (contiguous, in order). `block_params[i]`: parameters of block
+// i; `first_extra` / `last_extra`: what the first / last stage holds besides blocks. Every
+// stage gets at least one block, except the first and last when their extra is non-zero.
+// kInvalidArgument when that is impossible.
+std::vector<int64_t> balance_stages(const std::vector<int64_t>& block_params, int64_t first_extra,
+                                    int64_t last_extra, int64_t num_stages,
+                                    PartitionMethod method = PartitionMethod::kParameters);
+
+// The GPT's stages: stage 0 with the embedding, stage S - 1 with ln_f and the head.
+// blocks_per_stage: S counts summing to n_layer (MegatronLMPlugin's explicit pipeline split);
+// empty: balance_stages(method).
+std::vector<nn::GPTStageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
+                                            const std::vector<int64_t>& blocks_per_stage = {},
+                                            PartitionMethod method = PartitionMethod::kParameters);
+
+// ---- the runtime -------------------------------------------------------------------------------
+
+// How the head's replica on the last stage contributes to the tied embedding's gradient on the
+// first stage (docs/parallelism.md, "Tied weights"). Either way the first stage owns the weight
+// and sends it to the last stage at the start of each step.
+enum class TiedGradSync : uint8_t {
+  // The head's gradient summed over the step's micro-batches, sent once to the first stage and
+  // added during its last backward (the bytes of Megatron's embedding-group all_reduce). The
+  // embedding's gradient is the same sum in another order: equal to single-process training
+  // for M = 1, within rounding otherwise.
+  kOncePerStep,
+  // The head's gradient of each micro-batch, sent to the first stage and added just before the
+  // embedding's own part of that micro-batch: the order of single-process gradient
+  // accumulation, so the same bits (M times the bytes).
+  kPerMicroBatch,
+};
+
+struct PipelineOptions {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  // MegatronLMPlugin num_micro_batches: M. The batch given to step() is cut in M.
+  int64_t num_micro_batches = 1;
+  // Chunks per rank (interleaved 1F1B). MegatronLMPlugin's
+  // num_layers_per_virtual_pipeline_stage = L gives v = n_layer / (p L) (GPTPipeline).
+  int64_t virtual_stages = 1;
+  int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: use virtual_stages
+  // GPTPipeline's partition: explicit blocks per stage (p v counts), else `partition`.
+  std::vector<int64_t> blocks_per_stage{};
+  PartitionMethod partition = PartitionMethod::kParameters;
+  // The loss on the last stage, per micro-batch; step() returns the mean over micro-batches.
+  nn::CrossEntropyOptions loss{};
+  // Divide the summed gradients by M (by M W with data parallelism), as torch's scale_grads.
+  bool scale_grads = true;
+  TiedGradSync tied_grad_sync = TiedGradSync::kOncePerStep;
+  // Data parallelism over each stage: every chunk becomes a ShardedModel over dp_group with
+  // `sharding` (any ZeRO stage); null: none. The pp group's ranks and the dp group's ranks are
+  // two dimensions of one mesh (mesh.group("pp"), mesh.group("dp")).
+  std::shared_ptr<ProcessGroup> dp_group{};
+  ShardingOptions sharding{};
+};
+
+// Busy and idle time of one rank in the last step (steady clock): total runs from entering
+// step() to the end of the loss broadcast that closes the step on every pp rank; busy is the
+// time in forward, backward and loss computations; bubble() = 1 - busy / total. Every action
+// is timed (receives are waits, sends only queue).
+struct PipelineStepStats {
+  struct Timed {
+    PipelineAction action;
+    double begin_s = 0, end_s = 0;  // from the start of the step
+  };
+  double total_s = 0, busy_s = 0;
+  double bubble() const { return total_s > 0 ? 1.0 - busy_s / total_s : 0.0; }
+  std::vector<Timed> actions;
+};
+
+// The tied weight between the first and the last stage: the module (a dotted path in the stage
+// module) whose "weight" is the owned tensor on stage 0 and the replica on stage S - 1.
+struct TiedWeight {
+  std::string first_module;  // "transformer.wte"
+  std::string last_module;   // "lm_head"
+};
+
+// Executes a schedule over this rank's chunks. Collective over the pp group (and dp_group):
+// every rank constructs it with the same options, and every rank calls step() together.
+class Pipeline {
+ public:
+  // chunks[c] is stage rank + c p: the first stage takes token ids, the last returns logits.
+  // `tied`: empty module names for none.
+  Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_ptr<ProcessGroup> pp,
+           PipelineOptions options, TiedWeight tied = {});
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // One step's forwards and backwards over M micro-batches (ids[m] / labels[m]; every rank
+  // passes them, the first stage reads ids, the last labels). Gradients accumulate in micro-
+  // batch order and are scaled at the end (scale_grads); with dp_group each ShardedModel has
+  // finished its reduction. Returns the mean loss over the micro-batches on every pp rank.
+  double step(const std::vector<Tensor>& ids, const std::vector<Tensor>& labels);
+  // The same with the batch cut into M equal micro-batches along dimension 0.
+  double step(const Tensor& ids, const Tensor& labels);
+
+  // What the optimizer steps on this rank: the chunks' parameters without the tied replica
+  // (with dp_group: the ShardedModels' optimizer_parameters()).
+  std::vector<nn::Parameter> parameters() const;
+  // After the optimizer step: ShardedModel::after_step() for each chunk (nothing without DP).
+  void after_step();
+
+  // This rank's parameters under their model names (the replica left out), whole (DP: gathered
+  // by full_state_dict(), a collective over dp).
+  NamedTensors state_dict();
+
+  int rank() const;  // in the pp group
+  int size() const;  // p
+  const ScheduleShape& shape() const { return shape_; }
+  const std::vector<PipelineAction>& actions() const;  // this rank's
+  const std::vector<std::vector<PipelineAction>>& order() const { return order_; }
+  const PipelineStepStats& last_stats() const;
+  nn::Layer& chunk(int64_t c);       // chunk c's module
+  ShardedModel* sharded(int64_t c);  // null without dp_group
+
+ private:
+  struct Impl;
+  ScheduleShape shape_;
+  std::vector<std::vector<PipelineAction>> order_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The GPT cut into stages (partition_gpt over p v stages) on this pp rank, run by a Pipeline
+// with the tied embedding handled as docs/parallelism.md says.
+class GPTPipeline {
+ public:
+  GPTPipeline(const nn::GPTConfig& cfg, std::shared_ptr<ProcessGroup> pp, PipelineOptions options);
+
+  // Every rank passes the same generator state: each stage gets the values GPT::init_weights
+  // gives its parameters (GPTStage::init_weights; f32). With dp_group the values go through
+  // ShardedModel::load_full_state_dict.
+  void init_weights(const Generator& gen);
+  // Loads a whole GPT's state dict (GPT::state_dict() names): each stage takes its part, the
+  // replica takes lm_head.weight (= wte). Every rank passes the same values.
+  void load_state_dict(const NamedTensors& state);
+
+  double step(const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
+    return pipeline_->step(ids, labels);
+  }
+  double step(const Tensor& ids, const Tensor& labels) { return pipeline_->step(ids, labels); }
+  std::vector<nn::Parameter> parameters() const { return pipeline_->parameters(); }
+  void after_step() { pipeline_->after_step(); }
+  NamedTensors state_dict() { return pipeline_->state_dict(); }
+
+  const std::vector<nn::GPTStageSpec>& stage_specs() const { return specs_; }  // every stage
+  std::vector<std::shared_ptr<nn::GPTStage>>& stages() { return stages_; }     // this rank's
+  Pipeline& pipeline() { return *pipeline_; }
+
+ private:
+  std::vector<nn::GPTStageSpec> specs_;
+  std::vector<std::shared_ptr<nn::GPTStage>> stages_;
+  std::unique_ptr<Pipeline> pipeline_;
+};
+
+}  // namespace braid::shard

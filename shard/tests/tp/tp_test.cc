@@ -1,0 +1,313 @@
+// Tensor parallelism in one process (docs/parallelism.md, "Tests"): slice arithmetic (global
+// runs of local elements, even splits, vocabulary padding) and its errors; the layer checks of
+// tp_scenarios.h on 2 and 3 thread ranks; parallelize_gpt's requirements; a parallelized GPT's
+// logits and gradients against the whole model's on 2 thread ranks, with and without sequence
+// parallelism; construction on the meta device; the attention's dropout masks for a rank's
+// heads. Training, DP x TP and checkpoints run as processes: tp_worker / run_tp.sh.
+#include <gtest/gtest.h>
+
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+#include "braid/nn/gpt.h"
+#include "braid/shard/tensor_parallel.h"
+#include "comm_test_util.h"
+#include "tp_scenarios.h"
+
+namespace braid::shard {
+namespace {
+
+template <typename Fn>
+void expect_error(Fn&& fn, ErrorKind kind, const std::string& part) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error of kind " << to_string(kind) << " with '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.message();
+    EXPECT_NE(e.message().find(part), std::string::npos)
+        << "'" << part << "' not in: " << e.message();
+  }
+}
+
+void on_ranks(int n, const std::function<void(std::shared_ptr<ProcessGroup>)>& fn) {
+  auto result = braid::testing::run_threads(n, [&](int rank, int size, auto store) {
+    fn(braid::testing::make_group(rank, size, store));
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// ---- slices ----
+
+TEST(GlobalRuns, DimZeroIsOneRunPerSegment) {
+  // Rows 2..4 of a [6, 3] tensor held as a [3, 3] local tensor.
+  const TensorSlice s{{6, 3}, 0, {{0, 2, 3}}};
+  EXPECT_EQ(global_runs(s, {3, 3}, 0, 9), (std::vector<ElementRun>{{0, 6, 9}}));
+  EXPECT_EQ(global_runs(s, {3, 3}, 4, 7), (std::vector<ElementRun>{{4, 10, 3}}));
+  EXPECT_TRUE(global_runs(s, {3, 3}, 5, 5).empty());
+}
+
+TEST(GlobalRuns, OtherDimIsOneRunPerRowAndSegment) {
+  // Columns 2, 3 of a [2, 6] matrix, and q | k | v blocks of width 1 at 1, 3, 5.
+  const TensorSlice cols{{2, 6}, 1, {{0, 2, 2}}};
+  EXPECT_EQ(global_runs(cols, {2, 2}, 0, 4), (std::vector<ElementRun>{{0, 2, 2}, {2, 8, 2}}));
+  EXPECT_EQ(global_runs(cols, {2, 2}, 1, 3), (std::vector<ElementRun>{{1, 3, 1}, {2, 8, 1}}));
+  const TensorSlice qkv{{2, 6}, 1, {{0, 1, 1}, {1, 3, 1}, {2, 5, 1}}};
+  EXPECT_EQ(
+      global_runs(qkv, {2, 3}, 0, 6),
+      (std::vector<ElementRun>{{0, 1, 1}, {1, 3, 1}, {2, 5, 1}, {3, 7, 1}, {4, 9, 1}, {5, 11, 1}}));
+  // A whole-width slice merges into one run.
+  const TensorSlice whole{{2, 3}, 1, {{0, 0, 3}}};
+  EXPECT_EQ(global_runs(whole, {2, 3}, 1, 6), (std::vector<ElementRun>{{1, 1, 5}}));
+}
+
+TEST(GlobalRuns, PaddingBelongsToNoRun) {
+  // The last of 3 ranks of a 7-row vocabulary padded to 9: rows 6 (real), 7 and 8 (padding).
+  const TensorSlice s{{7, 2}, 0, split_segments(7, 3, 2, 9)};
+  EXPECT_EQ(global_runs(s, {3, 2}, 0, 6), (std::vector<ElementRun>{{0, 12, 2}}));
+  EXPECT_TRUE(global_runs(s, {3, 2}, 2, 6).empty());
+}
+
+TEST(GlobalRuns, RejectsAShapeThatDoesNotFit) {
+  const TensorSlice s{{6, 3}, 0, {{0, 2, 3}}};
+  expect_error(
+      [&] {
+        global_runs(s, {3, 4}, 0, 1);
+      },
+      ErrorKind::kInvalidArgument, "outside the split");
+  expect_error([&] { global_runs(s, {2, 3}, 0, 1); }, ErrorKind::kInvalidArgument, "does not fit");
+  expect_error([&] { global_runs(s, {3, 3}, 0, 10); }, ErrorKind::kOutOfRange, "elements [0, 10)");
+}
+
+TEST(SplitSegments, EvenPaddedAndBlocks) {
+  EXPECT_EQ(split_segments(8, 2, 1), (std::vector<SliceSegment>{{0, 4, 4}}));
+  EXPECT_EQ(split_segments(37, 4, 3), (std::vector<SliceSegment>{{0, 30, 7}}));  // 10 rows, 7 real
+  EXPECT_EQ(split_segments(37, 4, 3, 48), (std::vector<SliceSegment>{{0, 36, 1}}));
+  EXPECT_TRUE(split_segments(5, 4, 3, 8).empty());  // only padding
+  EXPECT_EQ(split_segments(12, 2, 1, 0, 3),
+            (std::vector<SliceSegment>{{0, 2, 2}, {2, 6, 2}, {4, 10, 2}}));
+  expect_error([] { split_segments(12, 8, 0, 0, 3); }, ErrorKind::kInvalidArgument, "3 blocks");
+  expect_error([] { split_segments(8, 3, 0, 10); }, ErrorKind::kInvalidArgument, "multiple of 3");
+}
+
+TEST(PadVocabSize, MegatronsRule) {
+  EXPECT_EQ(pad_vocab_size(50257, 1, 128), 50304);
+  EXPECT_EQ(pad_vocab_size(50257, 2, 128), 50432);
+  EXPECT_EQ(pad_vocab_size(37, 4), 40);
+  EXPECT_EQ(pad_vocab_size(36, 4), 36);
+  expect_error([] { pad_vocab_size(37, 0); }, ErrorKind::kInvalidArgument, "tp size 0");
+}
+
+// ---- layers on thread ranks ----
+
+TEST(TensorParallelLayers, MatchTheWholeLayersOnTwoAndThreeRanks) {
+  for (int n : {2, 3}) {
+    on_ranks(n, [](std::shared_ptr<ProcessGroup> tp) {
+      tp_testing::Failures f;
+      tp_testing::check_all_layers(tp, f);
+      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+      EXPECT_GT(f.checks, 100);
+    });
+  }
+}
+
+TEST(TensorParallelLayers, ArgumentErrors) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    expect_error([&] { RowParallelLinear(5, 4, tp); }, ErrorKind::kInvalidArgument,
+                 "multiple of the tensor-parallel size 2");
+    expect_error([&] { ColumnParallelLinear(4, 9, tp, {.blocks = 3}); },
+                 ErrorKind::kInvalidArgument, "3 blocks");
+    expect_error([&] { ColumnParallelLinear(4, 6, nullptr); }, ErrorKind::kInvalidArgument, "null");
+    ColumnParallelLinear col(4, 6, tp, {.sequence_parallel = true});
+    expect_error([&] { col.forward(Tensor::zeros({6})); }, ErrorKind::kInvalidArgument, "seq / tp");
+  });
+}
+
+// Module::replace_module, which parallelize_gpt swaps layers with.
+TEST(ReplaceModule, KeepsTheNameAndPlace) {
+  nn::Module seq("M");
+  seq.register_module("a", std::make_shared<nn::Linear>(2, 3));
+  seq.register_module("b", std::make_shared<nn::Linear>(3, 4));
+  auto c = std::make_shared<nn::Linear>(2, 3, nn::Bias::kNo);
+  auto old = seq.replace_module("a", c);
+  EXPECT_EQ(seq.child("a").get(), c.get());
+  EXPECT_NE(old.get(), c.get());
+  std::vector<std::string> names;
+  for (auto& [name, p] : seq.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"a.weight", "b.weight", "b.bias"}));
+  expect_error([&] { seq.replace_module("z", c); }, ErrorKind::kOutOfRange, "no child module 'z'");
+  expect_error([&] { seq.replace_module("a", nullptr); }, ErrorKind::kInvalidArgument, "null");
+}
+
+// ---- the GPT ----
+
+nn::GPTConfig small_config() {
+  nn::GPTConfig c;
+  c.vocab_size = 37;
+  c.n_positions = 16;
+  c.n_embd = 24;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  c.dtype = DType::kF64;
+  return c;
+}
+
+TEST(ParallelizeGpt, Requirements) {
+  on_ranks(3, [](std::shared_ptr<ProcessGroup> tp) {
+    nn::GPT gpt(small_config());  // 4 heads
+    expect_error([&] { parallelize_gpt(gpt, tp); }, ErrorKind::kInvalidArgument,
+                 "n_head = 4 must be a multiple of the tensor-parallel size 3");
+  });
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    nn::GPT gpt(small_config());
+    parallelize_gpt(gpt, tp);
+    expect_error([&] { parallelize_gpt(gpt, tp); }, ErrorKind::kInvalidArgument,
+                 "parallelized already");
+  });
+}
+
+// Logits and every parameter's gradient of a TP=2 GPT equal the whole model's (f64).
+TEST(ParallelizeGpt, LogitsAndGradientsMatchTheWholeModel) {
+  for (bool sp : {false, true}) {
+    on_ranks(2, [sp](std::shared_ptr<ProcessGroup> tp) {
+      const nn::GPTConfig cfg = small_config();
+      Generator g1(3), g2(3);
+      nn::GPT whole(cfg), gpt(cfg);
+      whole.init_weights(g1);
+      gpt.init_weights(g2);
+      auto plan = parallelize_gpt(gpt, tp, {.sequence_parallel = sp});
+      // wte (with the tied head), and per block c_attn w, b, c_proj w, c_fc w, b, c_proj w.
+      EXPECT_EQ(plan->num_split(), 1u + 2u * 6u);
+      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+      Generator data(4);
+      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
+      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
+      nn::CrossEntropyLoss ce;
+      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
+      const Tensor loss = ce.forward(whole.forward(ids), labels);
+      whole.backward(ce.backward());
+      const Tensor loss_tp = vce.forward(gpt.forward(ids), labels);
+      gpt.backward(vce.backward());
+      tp_testing::Failures f;
+      f.close("loss", loss_tp, loss);
+      const auto want = whole.named_parameters();
+      const auto got = gpt.named_parameters();
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].first, want[i].first);
+        const nn::Parameter& p = got[i].second;
+        Tensor expected = want[i].second.grad();
+        if (const TensorSlice* s = plan->slice(p)) {
+          expected = tp_testing::local_of(expected, static_cast<int>(s->dim), s->segments,
+                                          p.data().size(static_cast<int>(s->dim)));
+        }
+        f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
+      }
+      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+    });
+  }
+}
+
+// A GPT built on the meta device and parallelized with TensorParallelOptions::init holds the
+// slices of a whole init_weights, bit for bit.
+TEST(ParallelizeGpt, MetaInitGivesTheSlicesOfAWholeInit) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    nn::GPTConfig cfg = small_config();
+    cfg.dtype = DType::kF32;
+    Generator g1(5);
+    const Generator g2(5);
+    nn::GPT whole(cfg);
+    whole.init_weights(g1);
+    std::shared_ptr<nn::GPT> gpt;
+    {
+      nn::InitEmptyWeights empty;
+      gpt = std::make_shared<nn::GPT>(cfg);
+    }
+    auto plan = parallelize_gpt(*gpt, tp, {.sequence_parallel = true, .init = &g2});
+    const auto want = whole.named_parameters();
+    const auto got = gpt->named_parameters();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const nn::Parameter& p = got[i].second;
+      Tensor expected = want[i].second.data();
+      if (const TensorSlice* sl = plan->slice(p)) {
+        expected = tp_testing::local_of(expected, static_cast<int>(sl->dim), sl->segments,
+                                        p.data().size(static_cast<int>(sl->dim)));
+      }
+      EXPECT_TRUE(equal(p.data(), expected)) << got[i].first;
+    }
+  });
+}
+
+// Note [Attention dropout under tensor parallelism]: a rank's heads draw at their global
+// head's words when (H/P) T^2 is a multiple of 4, and the generator advances by the whole
+// model's draw; otherwise each (row, rank) block is rounded up to whole Philox blocks. One
+// process, no communication: two attentions of heads [0, 2) and [2, 4) of 4, with the whole
+// layer's weights for those heads, each run from the same generator state (as two tp ranks);
+// their outputs add up to the whole layer's under dropout 0.5 when T = 6, not when T = 5.
+TEST(AttentionLocalHeads, DropoutOffsetsAndAdvance) {
+  for (int64_t seq : {6, 5}) {
+    nn::GPTConfig cfg = small_config();
+    cfg.n_embd = 8;
+    cfg.attn_pdrop = 0.5;
+    nn::CausalSelfAttention whole(cfg), low(cfg), high(cfg);
+    Generator init(9);
+    for (auto& [name, p] : whole.named_parameters()) {
+      p.data().copy_(Tensor::randn(p.data().shape(), DType::kF64, &init));
+    }
+    // Heads [2 part, 2 part + 2) of 4 (head_dim 2): 4 columns of each of q, k, v, 4 rows of
+    // c_proj; c_proj's bias on the first part only, so the parts' outputs add up to the whole.
+    auto& c_attn = dynamic_cast<nn::Linear&>(*whole.child("c_attn"));
+    auto& c_proj = dynamic_cast<nn::Linear&>(*whole.child("c_proj"));
+    for (int64_t part : {0, 1}) {
+      nn::CausalSelfAttention& m = part == 0 ? low : high;
+      auto q = std::make_shared<nn::Linear>(8, 12, nn::Bias::kYes, nn::WeightLayout::kInOut,
+                                            DType::kF64);
+      auto o =
+          std::make_shared<nn::Linear>(4, 8, nn::Bias::kYes, nn::WeightLayout::kInOut, DType::kF64);
+      for (int64_t b = 0; b < 3; ++b) {
+        q->weight()
+            .data()
+            .narrow(1, 4 * b, 4)
+            .copy_(c_attn.weight().data().narrow(1, 8 * b + 4 * part, 4));
+        q->bias()
+            .data()
+            .narrow(0, 4 * b, 4)
+            .copy_(c_attn.bias().data().narrow(0, 8 * b + 4 * part, 4));
+      }
+      o->weight().data().copy_(c_proj.weight().data().narrow(0, 4 * part, 4));
+      o->bias().data().copy_(part == 0 ? c_proj.bias().data() : Tensor::zeros({8}, DType::kF64));
+      m.replace_module("c_attn", q);
+      m.replace_module("c_proj", o);
+      m.set_local_heads(2 * part, 2);
+    }
+    const Tensor x = tp_testing::random({2, seq, 8}, 10);
+    Generator& gen = default_generator(kCPU);
+    const auto run = [&](nn::CausalSelfAttention& m) {  // as every tp rank: the same state
+      gen.manual_seed(77);
+      nn::NoGradGuard no_grad;
+      const Tensor y = m.forward(x);
+      return std::make_pair(y, gen.offset());
+    };
+    const auto [y_whole, advance_whole] = run(whole);
+    const auto [y_low, advance_low] = run(low);
+    const auto [y_high, advance_high] = run(high);
+    EXPECT_TRUE(equal(y_high, run(high).first)) << "seq " << seq;  // the same masks every run
+    EXPECT_EQ(advance_low, advance_high);
+    const Tensor sum = add(y_low, y_high);
+    const double diff = amax(abs(sub(sum, y_whole))).item();
+    const uint64_t block = 2 * seq * seq;
+    if (block % 4 == 0) {
+      // The unsplit model's masks, and its advance.
+      EXPECT_LT(diff, 1e-12 * amax(abs(y_whole)).item()) << "seq " << seq;
+      EXPECT_EQ(advance_low, advance_whole);
+    } else {
+      // Whole Philox blocks per (row, part): other masks, another advance.
+      EXPECT_GT(diff, 1e-3) << "seq " << seq;
+      EXPECT_EQ(advance_low, 2 * 2 * ((block + 3) / 4 * 4));
+    }
+    EXPECT_THROW(high.set_local_heads(1, 2), Error);  // not one of the equal parts
+  }
+}
+
+}  // namespace
+}  // namespace braid::shard
