@@ -25,11 +25,12 @@ APT_PACKAGES=(
 # (externally managed), numpy comes from python3-numpy above so python3-torch keeps the
 # numpy it was built against.
 PIP_PACKAGES=(numpy safetensors ml_dtypes)
-# Extra Python packages for Debian's /usr/bin/python3 (the one with python3-torch) when the
-# python3 on PATH is a different interpreter (pyenv, venv).
+# Extra Python packages for Debian's /usr/bin/python3 (the one with python3-torch), whichever
+# python3 is on PATH.
 # transformers: the GPT interop test (tests/interop/gpt_transformers.py) and the goldens of
 # tests/reference/gen_torch_gpt.py; 4.40 is the newest line that supports Debian's torch 1.13.
-SYSTEM_PYTHON_PIP_PACKAGES=(safetensors "transformers==4.40.2")
+# tensorboard: accel/tests/trackers/check_tensorboard.py reads braid's event files back.
+SYSTEM_PYTHON_PIP_PACKAGES=(safetensors "transformers==4.40.2" "tensorboard==2.21.0")
 
 start=$(date +%s)
 log() { echo "[install_deps] $*"; }
@@ -96,8 +97,9 @@ pip_install() {
 
 path_python=$(command -v python3)
 pip_install "$path_python" "${PIP_PACKAGES[@]}"
-if [[ -x /usr/bin/python3 ]] &&
-  [[ $(readlink -f /usr/bin/python3) != $("$path_python" -c 'import sys, os; print(os.path.realpath(sys.executable))') ]]; then
+# Always for /usr/bin/python3 (also when it is the python3 on PATH, as on a fresh Debian):
+# the interop tests run it.
+if [[ -x /usr/bin/python3 ]]; then
   pip_install /usr/bin/python3 "${SYSTEM_PYTHON_PIP_PACKAGES[@]}"
 fi
 

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The main job scripts/quickstart.sh runs after building: what a new user should see work.
 # Usage: scripts/main_job.sh [BUILD_DIR]   (default: build)
-# Edit this file to change what the quick start shows; keep it short and quick on 2 cores.
+# Edit this file to change what the quick start shows; keep it to a few minutes on 2 cores.
 set -euo pipefail
 build=${1:-build}
+here=$(cd "$(dirname "$0")/.." && pwd)
 
 "$build/bin/braid" env
 
-# The main job: data-parallel training on 4 CPU ranks started by `braid launch`, gradients
-# averaged with all_reduce on the shared-memory backend, a sharded checkpoint saved and
-# reloaded by every rank (examples/ddp_linear_regression.cc).
-"$build/bin/braid" launch --nproc-per-node 4 \
-  "$build/examples/ddp_linear_regression" --out "$build/quickstart/ddp_linear_regression"
+# The main job: a GPT trained on the licence texts in /usr/share/common-licenses by 2 ranks
+# started by `braid launch`, sharded with ZeRO-3 in bf16 through the Accelerator
+# (examples/accelerate_gpt.cc, configured by examples/accelerate_gpt.yaml): progress lines,
+# a checkpoint every 200 steps, TensorBoard / JSONL logs, loss_curve.svg, a generated sample,
+# and model.safetensors + config.json that transformers loads.
+"$build/bin/braid" launch --nproc-per-node 2 "$build/examples/accelerate_gpt" \
+  --config_file "$here/examples/accelerate_gpt.yaml" \
+  --output_dir "$build/quickstart/accelerate_gpt"

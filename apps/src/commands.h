@@ -9,6 +9,7 @@
 namespace braid::cli {
 
 void add_bench_command(CLI::App& app);            // braid bench: collective benchmarks
+void add_config_command(CLI::App& app);           // braid config: the configuration file
 void add_env_command(CLI::App& app);              // braid env: the environment report
 void add_estimate_memory_command(CLI::App& app);  // braid estimate-memory: per-stage peaks
 void add_launch_command(CLI::App& app);           // braid launch: run N ranks of a program

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"braid: a C++ runtime for distributed deep-learning training", "braid"};
   app.require_subcommand(1);
   braid::cli::add_bench_command(app);
+  braid::cli::add_config_command(app);
   braid::cli::add_env_command(app);
   braid::cli::add_estimate_memory_command(app);
   braid::cli::add_launch_command(app);

@@ -1,0 +1,274 @@
+// The Accelerator (docs/accelerator.md): Hugging Face Accelerate's front in C++, built from one
+// AcceleratorConfig (config.h), over braid's ProcessGroup, ShardedModel, optimizers, LR
+// schedulers, data loaders, GradScaler and trackers.
+//
+//   braid::accel::Accelerator acc(cfg);                 // the launcher's ranks
+//   auto model = acc.prepare_model(gpt);                // ShardedModel from the config's plugin
+//   braid::nn::AdamW opt(model->optimizer_parameters(), {.lr = 3e-4});
+//   acc.prepare_optimizer(opt);
+//   braid::nn::DataLoader train = acc.prepare_data_loader(loader);
+//   for (const braid::Tree& batch : train) {
+//     auto accumulate = acc.accumulate(train);          // sync_gradients on the window's end
+//     auto autocast = acc.autocast();
+//     Tensor logits = model->forward(ids);
+//     ce.forward(logits, labels);
+//     acc.backward(*model, ce.backward());
+//     if (acc.sync_gradients()) {
+//       acc.clip_grad_norm_(*model, 1.0);
+//       acc.step(opt);                                  // GradScaler-aware
+//       acc.scheduler_step(sched);
+//       acc.zero_grad(opt);
+//     }
+//   }
+//
+// Gradients: every micro-batch's loss gradient is a mean over its own samples; the step's
+// gradient is their mean over the global batch: finish_gradients(1 / (micro-batches in the
+// window x processes)), which is Accelerate's loss / gradient_accumulation_steps followed by
+// DDP's average over processes. It runs once per window, lazily, before clipping or the step.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/accel/config.h"
+#include "braid/accel/trackers.h"
+#include "braid/amp/autocast.h"
+#include "braid/amp/grad_scaler.h"
+#include "braid/comm/process_group.h"
+#include "braid/nn/data.h"
+#include "braid/nn/lr_scheduler.h"
+#include "braid/nn/module.h"
+#include "braid/nn/optim.h"
+#include "braid/shard/fsdp.h"
+#include "braid/tensor/tree.h"
+
+namespace braid::accel {
+
+// An object save_state / load_state carry (register_for_checkpointing): anything with a JSON
+// state. Saved as custom_checkpoint_<i>.json, i in registration order.
+struct Checkpointable {
+  std::function<std::string()> state_json;
+  std::function<void(const std::string&)> load_state_json;
+};
+
+class Accelerator {
+ public:
+  // `pg`: the group to run on; null: ProcessGroup::create from the launcher's environment
+  // (a one-process job without a launcher is a one-rank group) with the config's
+  // InitProcessGroupKwargs. Applies the config's seed (set_seed) when given. Throws what
+  // validate_config throws.
+  explicit Accelerator(AcceleratorConfig config = {}, std::shared_ptr<ProcessGroup> pg = nullptr);
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
+
+  // ---- state (AcceleratorState) ----
+  const AcceleratorConfig& config() const { return config_; }
+  const ShardingPlan& sharding_plan() const { return plan_; }
+  // The config's distributed_type; NO with several processes becomes MULTI_CPU (as
+  // Accelerate infers from the launcher).
+  DistributedType distributed_type() const { return distributed_type_; }
+  int num_processes() const;
+  int process_index() const;
+  int local_process_index() const;
+  bool is_main_process() const { return process_index() == 0; }
+  bool is_local_main_process() const { return local_process_index() == 0; }
+  bool is_last_process() const { return process_index() == num_processes() - 1; }
+  Device device() const { return kCPU; }
+  amp::PrecisionType mixed_precision() const { return config_.mixed_precision; }
+  int64_t gradient_accumulation_steps() const { return accumulation_.num_steps; }
+  std::shared_ptr<ProcessGroup> process_group() const { return pg_; }
+
+  // ---- prepare ----
+  // Wraps the model in a ShardedModel with the config's sharding plan (stage, wrap policy,
+  // MixedPrecision, prefetch, HSDP, offload_param, DDP kwargs), turning on activation
+  // checkpointing of its units when the plugin asks. `param_init`: for a model built on the
+  // meta device (init_on_meta; ShardingOptions::param_init).
+  std::shared_ptr<shard::ShardedModel> prepare_model(
+      std::shared_ptr<nn::Layer> model,
+      std::function<void(const std::string&, int64_t, int64_t, float*)> param_init = {});
+  // The optimizer built on prepare_model(...)->optimizer_parameters(): applies the plugin's
+  // optimizer offload and registers it for step / save_state. One optimizer per Accelerator.
+  void prepare_optimizer(nn::Optimizer& optimizer);
+  // Registers the scheduler for scheduler_step / save_state.
+  void prepare_scheduler(nn::LRScheduler& scheduler);
+  // prepare_data_loader with the config's DataLoaderConfiguration over this group; the
+  // accumulate scope reads its end_of_dataloader (sync_with_dataloader).
+  nn::DataLoader prepare_data_loader(const nn::DataLoader& loader);
+
+  // ---- a training step ----
+  // The autocast scope of mixed_precision (bf16 / fp16; "no": none) with the config's
+  // AutocastKwargs (Accelerator.autocast).
+  amp::AutocastScope autocast() const;
+
+  // Accelerator.accumulate: one micro-batch. sync_gradients() is true when this micro-batch
+  // ends an accumulation window (every num_steps micro-batches, or at the end of `loader`
+  // with sync_with_dataloader); with sync_each_batch false the model runs without gradient
+  // sync inside the window (no_sync).
+  class AccumulateScope {
+   public:
+    ~AccumulateScope();
+    AccumulateScope(AccumulateScope&& other) noexcept;
+    AccumulateScope(const AccumulateScope&) = delete;
+    AccumulateScope& operator=(const AccumulateScope&) = delete;
+    AccumulateScope& operator=(AccumulateScope&&) = delete;
+
+   private:
+    friend class Accelerator;
+    explicit AccumulateScope(Accelerator* acc) : acc_(acc) {}
+    Accelerator* acc_;
+  };
+  AccumulateScope accumulate(const nn::DataLoader* loader = nullptr);
+  AccumulateScope accumulate(const nn::DataLoader& loader) { return accumulate(&loader); }
+  bool sync_gradients() const { return sync_gradients_; }
+  // Accelerator.no_sync: gradients of the next backwards stay local until a synced backward.
+  class NoSyncScope {
+   public:
+    ~NoSyncScope();
+    NoSyncScope(NoSyncScope&& other) noexcept;
+    NoSyncScope(const NoSyncScope&) = delete;
+    NoSyncScope& operator=(const NoSyncScope&) = delete;
+    NoSyncScope& operator=(NoSyncScope&&) = delete;
+
+   private:
+    friend class Accelerator;
+    NoSyncScope(shard::ShardedModel* model, bool previous) : model_(model), previous_(previous) {}
+    shard::ShardedModel* model_;
+    bool previous_;
+  };
+  NoSyncScope no_sync(shard::ShardedModel& model);
+
+  // Accelerator.backward: the model's backward of the loss gradient (times the GradScaler's
+  // scale with fp16). Returns the input's gradient.
+  Tensor backward(shard::ShardedModel& model, const Tensor& grad_of_loss);
+  // The window's gradient: finish_gradients once (the mean over the window's micro-batches
+  // and the processes), unscaled by the GradScaler with fp16. Called by clip_grad_norm_,
+  // clip_grad_value_ and step; idempotent within a window.
+  void finish_gradients(shard::ShardedModel& model);
+  // The global 2-norm over every rank's shard (ShardedModel::clip_grad_norm_), after
+  // finish_gradients. Returns the norm before clipping.
+  double clip_grad_norm_(shard::ShardedModel& model, double max_norm);
+  // Every gradient element clamped to [-clip_value, clip_value].
+  void clip_grad_value_(shard::ShardedModel& model, double clip_value);
+  // The optimizer step (through the GradScaler with fp16: skipped when any rank found Inf /
+  // NaN), then after_step of every prepared model. Only when sync_gradients(); returns
+  // whether the optimizer stepped.
+  bool step(nn::Optimizer& optimizer);
+  bool optimizer_step_was_skipped() const { return step_was_skipped_; }
+  // AcceleratedScheduler.step: steps the scheduler only at the end of a window (and
+  // num_processes times without split_batches, as Accelerate), not after a skipped step.
+  void scheduler_step(nn::LRScheduler& scheduler);
+  void zero_grad(nn::Optimizer& optimizer);
+
+  // ---- data across processes (Trees; comm/tree_ops.h) ----
+  Tree gather(const Tree& data);
+  // gather, then without the samples even_batches repeated to fill the last global batch of
+  // `loader`'s pass (GradientState.remainder) when it is at its end.
+  Tree gather_for_metrics(const Tree& data, const nn::DataLoader& loader);
+  Tree reduce(const Tree& data, std::string_view reduction = "mean");
+  Tree pad_across_processes(const Tree& data, int dim = 0, double pad_index = 0,
+                            bool pad_first = false);
+  Tree broadcast(const Tree& data, int from_process = 0);
+
+  // ---- processes ----
+  void print(const std::string& text) const;  // main process only, with a newline
+  void wait_for_everyone();
+  // main_process_first: the main process runs fn first, the others after it finished.
+  void main_process_first(const std::function<void()>& fn);
+  void on_main_process(const std::function<void()>& fn);
+  void on_local_main_process(const std::function<void()>& fn);
+
+  // ---- models and states ----
+  nn::Layer& unwrap_model(shard::ShardedModel& model) { return model.module(); }
+  void register_for_checkpointing(Checkpointable object);
+  // save_state: the model and optimizer as a sharded checkpoint (model/, loads at any world
+  // size and stage), scheduler, GradScaler and every rank's RNG state in its index, data
+  // loader positions (dataloader_<i>.json) and registered objects (custom_checkpoint_<i>.json).
+  // `dir` empty: project_dir/checkpoints/checkpoint_<iteration> with
+  // automatic_checkpoint_naming (then total_limit oldest ones removed). Returns the folder.
+  std::filesystem::path save_state(const std::filesystem::path& dir = {});
+  // load_state: the inverse; `dir` empty: the latest checkpoint_<i> under project_dir.
+  void load_state(const std::filesystem::path& dir = {});
+  // Where the i-th loader seen by accumulate() was when the loaded state was saved: its epoch,
+  // the batches this rank had taken in it, and the samples all ranks had taken
+  // (batches x total_batch_size: divide by the new loader's total_batch_size() to resume at
+  // another world size with skip_first_batches). All zero without a load.
+  struct ResumePosition {
+    int64_t epoch = 0;
+    int64_t batches = 0;
+    int64_t samples = 0;
+  };
+  ResumePosition resumed_position(size_t loader_index = 0) const;
+  // save_model: every parameter whole (f32 masters), written by the main process as
+  // model.safetensors, or shards + model.safetensors.index.json beyond max_shard_size.
+  void save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
+                  std::string_view max_shard_size = "10GB");
+
+  // ---- randomness ----
+  void set_seed(uint64_t seed, bool device_specific = false);
+  // synchronize_rng_states: every rank takes the main process's generator state.
+  void synchronize_rng_states();
+  nn::DataLoader skip_first_batches(const nn::DataLoader& loader, int64_t num_batches) const;
+
+  // ---- trackers ----
+  void init_trackers(const std::string& project_name, std::optional<HParams> config = {});
+  void log(const Scalars& values, int64_t step);
+  GeneralTracker& get_tracker(std::string_view name) { return trackers_.get_tracker(name); }
+  // Ends the trackers (Accelerator.end_training); the group stays usable.
+  void end_training();
+
+  // free_memory: returns the CPU allocator's cached blocks to the OS.
+  void free_memory();
+
+  // find_executable_batch_size: calls fn(batch_size) from starting_batch_size, halving (or
+  // reduce_batch_size_fn) after an out-of-memory error, until fn returns. Collective: after
+  // each attempt every rank learns whether any rank ran out of memory, so all ranks shrink
+  // together and retry with the same size (Accelerate decides per process). fn must run no
+  // collective after the point where it may run out of memory (else the other ranks would wait
+  // in it for the failed one until the group's deadline). Returns the batch size that worked;
+  // kOutOfMemory when it reaches 0.
+  int64_t find_executable_batch_size(const std::function<void(int64_t)>& fn,
+                                     int64_t starting_batch_size = 128,
+                                     std::function<int64_t(int64_t)> reduce_batch_size_fn = {});
+
+ private:
+  void begin_micro_batch(const nn::DataLoader* loader);
+  void end_micro_batch();
+  std::filesystem::path checkpoint_folder(bool for_load) const;
+
+  AcceleratorConfig config_;
+  ShardingPlan plan_;
+  GradientAccumulationPlugin accumulation_;
+  DistributedType distributed_type_ = DistributedType::kNo;
+  std::shared_ptr<ProcessGroup> pg_;
+  std::vector<std::shared_ptr<shard::ShardedModel>> models_;
+  nn::Optimizer* optimizer_ = nullptr;
+  nn::LRScheduler* scheduler_ = nullptr;
+  std::unique_ptr<amp::GradScaler> scaler_;
+  // Loaders seen by accumulate(loader), in order of first use, with the batches each has
+  // yielded in its current epoch (save_state's dataloader_<i>.json).
+  struct LoaderPosition {
+    const nn::DataLoader* loader = nullptr;
+    int64_t batches = 0;
+  };
+  std::vector<LoaderPosition> loaders_;
+  std::vector<Checkpointable> custom_;
+  std::vector<ResumePosition> resumed_;
+  Trackers trackers_;
+
+  // The accumulation window.
+  int64_t micro_in_window_ = 0;  // micro-batches run in the current window
+  int64_t window_size_ = 0;      // micro-batches of the window that ended (for the scale)
+  bool sync_gradients_ = true;
+  bool finished_ = false;  // finish_gradients ran for this window
+  bool step_was_skipped_ = false;
+  bool in_accumulate_ = false;
+  int64_t iteration_ = 0;  // save_state's automatic naming (ProjectConfiguration.iteration)
+};
+
+}  // namespace braid::accel

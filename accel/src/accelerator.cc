@@ -1,0 +1,558 @@
+// The Accelerator (accelerator.h, docs/accelerator.md).
+#include "braid/accel/accelerator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "braid/comm/rank_info.h"
+#include "braid/comm/tree_ops.h"
+#include "braid/core/allocator.h"
+#include "braid/core/error.h"
+#include "braid/core/file_util.h"
+#include "braid/core/logging.h"
+#include "braid/core/rng.h"
+#include "braid/shard/units.h"
+#include "braid/tensor/ops.h"
+#include "braid/tensor/safetensors.h"
+
+namespace braid::accel {
+
+namespace {
+
+// The text of a file, or kIo naming it.
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  BRAID_CHECK(in.good(), kIo, "load_state: cannot open ", path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
+  AtomicFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+}
+
+}  // namespace
+
+Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup> pg)
+    : config_(std::move(config)) {
+  validate_config(config_);
+  plan_ = accel::sharding_plan(config_);
+  accumulation_ = gradient_accumulation_plugin(config_);
+  BRAID_CHECK(accumulation_.num_steps >= 1, kInvalidArgument,
+              "Accelerator: gradient accumulation steps must be >= 1, got ",
+              accumulation_.num_steps);
+  if (pg == nullptr) {
+    ProcessGroupOptions o;
+    if (config_.init_process_group_kwargs.backend != "auto" &&
+        !config_.init_process_group_kwargs.backend.empty()) {
+      o.backend = config_.init_process_group_kwargs.backend;
+    }
+    o.timeout = config_.init_process_group_kwargs.timeout;
+    pg = ProcessGroup::create(o);
+  }
+  pg_ = std::move(pg);
+  distributed_type_ = config_.distributed_type;
+  if (distributed_type_ == DistributedType::kNo && pg_->size() > 1) {
+    distributed_type_ = DistributedType::kMultiCpu;
+  }
+  for (const std::string& w : plan_.warnings) {
+    if (is_main_process()) BRAID_LOG(kWarning) << w;
+  }
+  iteration_ = config_.project_config.iteration;
+  if (config_.seed.has_value()) set_seed(*config_.seed);
+  if (config_.mixed_precision == amp::PrecisionType::kFp16) {
+    scaler_ = std::make_unique<amp::GradScaler>(config_.grad_scaler_kwargs, pg_);
+  }
+}
+
+Accelerator::~Accelerator() = default;
+
+int Accelerator::num_processes() const {
+  return pg_->size();
+}
+int Accelerator::process_index() const {
+  return pg_->rank();
+}
+int Accelerator::local_process_index() const {
+  static const int local = detect_rank_info().local_rank;
+  return pg_->size() == 1 ? 0 : local;
+}
+
+// ---- prepare --------------------------------------------------------------------------------
+
+std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
+    std::shared_ptr<nn::Layer> model,
+    std::function<void(const std::string&, int64_t, int64_t, float*)> param_init) {
+  BRAID_CHECK(model != nullptr, kInvalidArgument, "Accelerator::prepare_model: no model");
+  shard::ShardingOptions options = plan_.options;
+  if (param_init) options.param_init = std::move(param_init);
+  if (plan_.activation_checkpointing) {
+    // FSDP's activation_checkpointing: every wrapped unit (not the root) recomputes its forward.
+    const int shard_world =
+        options.shard_group_size > 0 ? static_cast<int>(options.shard_group_size) : pg_->size();
+    for (auto& u : shard::make_units(*model, options.wrap, shard_world)) {
+      if (u.layer != model.get()) u.layer->set_checkpointing(true);
+    }
+  }
+  auto sm = std::make_shared<shard::ShardedModel>(std::move(model), pg_, options);
+  models_.push_back(sm);
+  return sm;
+}
+
+void Accelerator::prepare_optimizer(nn::Optimizer& optimizer) {
+  BRAID_CHECK(optimizer_ == nullptr || optimizer_ == &optimizer, kInvalidArgument,
+              "Accelerator::prepare_optimizer: one optimizer per Accelerator");
+  if (plan_.offload_optimizer.device != nn::OffloadDevice::kNone) {
+    nn::OffloadConfig offload = plan_.offload_optimizer;
+    optimizer.set_offload(offload);
+  }
+  optimizer_ = &optimizer;
+}
+
+void Accelerator::prepare_scheduler(nn::LRScheduler& scheduler) {
+  scheduler_ = &scheduler;
+}
+
+nn::DataLoader Accelerator::prepare_data_loader(const nn::DataLoader& loader) {
+  return nn::prepare_data_loader(loader, *pg_, config_.dataloader_config, device());
+}
+
+// ---- a training step ---------------------------------------------------------------------
+
+amp::AutocastScope Accelerator::autocast() const {
+  switch (config_.mixed_precision) {
+    case amp::PrecisionType::kBf16:
+      return amp::AutocastScope(DType::kBF16, config_.autocast_kwargs);
+    case amp::PrecisionType::kFp16:
+      return amp::AutocastScope(DType::kF16, config_.autocast_kwargs);
+    default:
+      return amp::AutocastScope::noop();
+  }
+}
+
+Accelerator::AccumulateScope Accelerator::accumulate(const nn::DataLoader* loader) {
+  BRAID_CHECK(!in_accumulate_, kInvalidArgument,
+              "Accelerator::accumulate: scopes do not nest (one per micro-batch)");
+  begin_micro_batch(loader);
+  return AccumulateScope(this);
+}
+
+Accelerator::AccumulateScope::~AccumulateScope() {
+  if (acc_ != nullptr) acc_->end_micro_batch();
+}
+Accelerator::AccumulateScope::AccumulateScope(AccumulateScope&& other) noexcept
+    : acc_(std::exchange(other.acc_, nullptr)) {}
+
+void Accelerator::begin_micro_batch(const nn::DataLoader* loader) {
+  in_accumulate_ = true;
+  bool at_end = false;
+  if (loader != nullptr) {
+    auto it = std::find_if(loaders_.begin(), loaders_.end(),
+                           [&](const LoaderPosition& p) { return p.loader == loader; });
+    if (it == loaders_.end()) {
+      loaders_.push_back({loader, 0});
+      it = loaders_.end() - 1;
+    }
+    ++it->batches;
+    at_end = loader->end_of_dataloader();
+    if (at_end) it->batches = 0;  // the next batch starts an epoch
+  }
+  ++micro_in_window_;
+  sync_gradients_ =
+      micro_in_window_ >= accumulation_.num_steps || (accumulation_.sync_with_dataloader && at_end);
+  const bool sync = sync_gradients_ || accumulation_.sync_each_batch;
+  for (auto& m : models_) m->set_gradient_sync(sync);
+}
+
+void Accelerator::end_micro_batch() {
+  in_accumulate_ = false;
+  if (sync_gradients_) {
+    window_size_ = micro_in_window_;
+    micro_in_window_ = 0;
+  }
+}
+
+Accelerator::NoSyncScope Accelerator::no_sync(shard::ShardedModel& model) {
+  const bool previous = model.gradient_sync();
+  model.set_gradient_sync(false);
+  return NoSyncScope(&model, previous);
+}
+Accelerator::NoSyncScope::~NoSyncScope() {
+  if (model_ != nullptr) model_->set_gradient_sync(previous_);
+}
+Accelerator::NoSyncScope::NoSyncScope(NoSyncScope&& other) noexcept
+    : model_(std::exchange(other.model_, nullptr)), previous_(other.previous_) {}
+
+Tensor Accelerator::backward(shard::ShardedModel& model, const Tensor& grad_of_loss) {
+  if (!in_accumulate_) {
+    // Outside accumulate(): every backward ends a window of one (Accelerate's default).
+    micro_in_window_ = 0;
+    sync_gradients_ = true;
+    window_size_ = 1;
+    model.set_gradient_sync(true);
+  }
+  finished_ = false;
+  if (scaler_ && scaler_->is_enabled()) return model.backward(scaler_->scale(grad_of_loss));
+  return model.backward(grad_of_loss);
+}
+
+void Accelerator::finish_gradients(shard::ShardedModel& model) {
+  if (finished_) return;
+  BRAID_CHECK(sync_gradients_, kInvalidArgument,
+              "Accelerator: gradients are finished at the end of an accumulation window only "
+              "(sync_gradients() is false)");
+  const int64_t micro = in_accumulate_ ? micro_in_window_ : std::max<int64_t>(window_size_, 1);
+  model.finish_gradients(1.0 / (static_cast<double>(micro) * num_processes()));
+  for (auto& m : models_) {
+    if (m.get() != &model) {
+      m->finish_gradients(1.0 / (static_cast<double>(micro) * num_processes()));
+    }
+  }
+  if (scaler_ && scaler_->is_enabled() && optimizer_ != nullptr) scaler_->unscale_(*optimizer_);
+  finished_ = true;
+}
+
+double Accelerator::clip_grad_norm_(shard::ShardedModel& model, double max_norm) {
+  finish_gradients(model);
+  return model.clip_grad_norm_(max_norm);
+}
+
+void Accelerator::clip_grad_value_(shard::ShardedModel& model, double clip_value) {
+  BRAID_CHECK(clip_value >= 0, kInvalidArgument, "clip_grad_value_: clip_value must be >= 0, got ",
+              clip_value);
+  finish_gradients(model);
+  for (auto& p : model.optimizer_parameters()) {
+    Tensor& g = p.grad();
+    if (!g.defined()) continue;
+    BRAID_CHECK(g.dtype() == DType::kF32 && g.is_contiguous(), kInternal,
+                "clip_grad_value_: expected contiguous f32 gradients");
+    float* x = g.data<float>();
+    const auto c = static_cast<float>(clip_value);
+    for (int64_t i = 0; i < g.numel(); ++i) x[i] = std::clamp(x[i], -c, c);  // NaN stays NaN
+  }
+}
+
+bool Accelerator::step(nn::Optimizer& optimizer) {
+  step_was_skipped_ = false;
+  if (!sync_gradients_) return false;
+  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
+  finish_gradients(*models_.front());
+  bool stepped = true;
+  if (scaler_ && scaler_->is_enabled()) {
+    stepped = scaler_->step(optimizer);
+    scaler_->update();
+  } else {
+    optimizer.step();
+  }
+  step_was_skipped_ = !stepped;
+  for (auto& m : models_) m->after_step();
+  finished_ = false;
+  return stepped;
+}
+
+void Accelerator::scheduler_step(nn::LRScheduler& scheduler) {
+  nn::AcceleratedStepContext ctx;
+  ctx.sync_gradients = sync_gradients_;
+  ctx.adjust_scheduler = accumulation_.adjust_scheduler;
+  ctx.split_batches = config_.dataloader_config.split_batches;
+  ctx.num_processes = num_processes();
+  ctx.optimizer_step_was_skipped = step_was_skipped_;
+  nn::accelerated_scheduler_step(scheduler, ctx);
+}
+
+void Accelerator::zero_grad(nn::Optimizer& optimizer) {
+  if (sync_gradients_) optimizer.zero_grad();
+}
+
+// ---- data across processes ------------------------------------------------------------------
+
+Tree Accelerator::gather(const Tree& data) {
+  return braid::gather(*pg_, data);
+}
+
+Tree Accelerator::gather_for_metrics(const Tree& data, const nn::DataLoader& loader) {
+  Tree all = braid::gather(*pg_, data);
+  if (!loader.end_of_dataloader()) return all;
+  const int64_t remainder = loader.remainder();
+  if (remainder <= 0) return all;
+  return slice_tensors(all, 0, remainder);
+}
+
+Tree Accelerator::reduce(const Tree& data, std::string_view reduction) {
+  return braid::reduce(*pg_, data, reduction);
+}
+
+Tree Accelerator::pad_across_processes(const Tree& data, int dim, double pad_index,
+                                       bool pad_first) {
+  return braid::pad_across_processes(*pg_, data, dim, pad_index, pad_first);
+}
+
+Tree Accelerator::broadcast(const Tree& data, int from_process) {
+  return braid::broadcast(*pg_, data, from_process);
+}
+
+// ---- processes --------------------------------------------------------------------------------
+
+void Accelerator::print(const std::string& text) const {
+  if (!is_main_process()) return;
+  std::cout << text << '\n' << std::flush;
+}
+
+void Accelerator::wait_for_everyone() {
+  pg_->barrier();
+}
+
+void Accelerator::main_process_first(const std::function<void()>& fn) {
+  if (is_main_process()) fn();
+  pg_->barrier();
+  if (!is_main_process()) fn();
+  pg_->barrier();
+}
+
+void Accelerator::on_main_process(const std::function<void()>& fn) {
+  if (is_main_process()) fn();
+}
+
+void Accelerator::on_local_main_process(const std::function<void()>& fn) {
+  if (is_local_main_process()) fn();
+}
+
+// ---- states -------------------------------------------------------------------------------
+
+void Accelerator::register_for_checkpointing(Checkpointable object) {
+  BRAID_CHECK(object.state_json && object.load_state_json, kInvalidArgument,
+              "register_for_checkpointing: the object needs state_json and load_state_json");
+  custom_.push_back(std::move(object));
+}
+
+std::filesystem::path Accelerator::checkpoint_folder(bool for_load) const {
+  const ProjectConfiguration& pc = config_.project_config;
+  BRAID_CHECK(pc.automatic_checkpoint_naming, kInvalidArgument,
+              "Accelerator::", for_load ? "load_state" : "save_state",
+              ": give a folder, or set project_config.automatic_checkpoint_naming");
+  const auto root = pc.project_dir / "checkpoints";
+  if (!for_load) return root / ("checkpoint_" + std::to_string(iteration_));
+  // The latest checkpoint_<i>.
+  int64_t best = -1;
+  if (std::filesystem::is_directory(root)) {
+    static const std::regex name("checkpoint_([0-9]+)");
+    for (const auto& e : std::filesystem::directory_iterator(root)) {
+      std::smatch m;
+      const std::string f = e.path().filename().string();
+      if (std::regex_match(f, m, name)) best = std::max<int64_t>(best, std::stoll(m[1]));
+    }
+  }
+  BRAID_CHECK(best >= 0, kInvalidArgument, "Accelerator::load_state: no checkpoint_<i> in ",
+              root.string());
+  return root / ("checkpoint_" + std::to_string(best));
+}
+
+std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) {
+  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::save_state: prepare a model first");
+  const bool automatic = dir.empty();
+  const std::filesystem::path folder = automatic ? checkpoint_folder(false) : dir;
+  if (is_main_process()) std::filesystem::create_directories(folder);
+  pg_->barrier();
+  // The model(s) and optimizer: sharded checkpoints whose index also carries the scheduler,
+  // the scaler and every rank's RNG state.
+  for (size_t i = 0; i < models_.size(); ++i) {
+    const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
+    const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
+                                     .scaler = i == 0 ? scaler_.get() : nullptr,
+                                     .rng_states = i == 0};
+    models_[i]->save_checkpoint(sub, i == 0 ? optimizer_ : nullptr,
+                                {{"iteration", std::to_string(iteration_)}}, extra);
+  }
+  if (is_main_process()) {
+    for (size_t i = 0; i < loaders_.size(); ++i) {
+      const nn::DataLoader& l = *loaders_[i].loader;
+      nlohmann::json j = {{"epoch", l.epoch()},
+                          {"batches", loaders_[i].batches},
+                          {"samples", loaders_[i].batches * l.total_batch_size()}};
+      write_text_atomic(folder / ("dataloader_" + std::to_string(i) + ".json"), j.dump());
+    }
+    for (size_t i = 0; i < custom_.size(); ++i) {
+      write_text_atomic(folder / ("custom_checkpoint_" + std::to_string(i) + ".json"),
+                        custom_[i].state_json());
+    }
+  }
+  pg_->barrier();
+  if (automatic) {
+    ++iteration_;
+    // total_limit: the oldest checkpoint_<i> beyond the limit go (Accelerate's rotation).
+    const auto& limit = config_.project_config.total_limit;
+    if (limit.has_value() && is_main_process()) {
+      std::vector<std::pair<int64_t, std::filesystem::path>> all;
+      static const std::regex name("checkpoint_([0-9]+)");
+      for (const auto& e : std::filesystem::directory_iterator(folder.parent_path())) {
+        std::smatch m;
+        const std::string f = e.path().filename().string();
+        if (std::regex_match(f, m, name)) all.emplace_back(std::stoll(m[1]), e.path());
+      }
+      std::sort(all.begin(), all.end());
+      for (size_t i = 0; i + static_cast<size_t>(*limit) < all.size(); ++i) {
+        std::filesystem::remove_all(all[i].second);
+      }
+    }
+    pg_->barrier();
+  }
+  return folder;
+}
+
+void Accelerator::load_state(const std::filesystem::path& dir) {
+  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::load_state: prepare a model first");
+  const bool automatic = dir.empty();
+  const std::filesystem::path folder = automatic ? checkpoint_folder(true) : dir;
+  BRAID_CHECK(std::filesystem::is_directory(folder / "model"), kInvalidArgument,
+              "Accelerator::load_state: ", folder.string(),
+              " is not a saved state (no model/ folder)");
+  for (size_t i = 0; i < models_.size(); ++i) {
+    const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
+    const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
+                                     .scaler = i == 0 ? scaler_.get() : nullptr,
+                                     .rng_states = i == 0};
+    models_[i]->load_checkpoint(sub, i == 0 ? optimizer_ : nullptr, extra);
+  }
+  resumed_.clear();
+  for (size_t i = 0;; ++i) {
+    const auto f = folder / ("dataloader_" + std::to_string(i) + ".json");
+    if (!std::filesystem::exists(f)) break;
+    const auto j = nlohmann::json::parse(read_text(f));
+    resumed_.push_back({j.at("epoch").get<int64_t>(), j.at("batches").get<int64_t>(),
+                        j.at("samples").get<int64_t>()});
+  }
+  for (size_t i = 0; i < custom_.size(); ++i) {
+    const auto f = folder / ("custom_checkpoint_" + std::to_string(i) + ".json");
+    BRAID_CHECK(std::filesystem::exists(f), kInvalidArgument,
+                "Accelerator::load_state: ", folder.string(), " has no ", f.filename().string(),
+                " for registered object ", i);
+    custom_[i].load_state_json(read_text(f));
+  }
+  if (automatic) {
+    // The next automatic save follows the loaded one.
+    iteration_ =
+        std::stoll(folder.filename().string().substr(std::string("checkpoint_").size())) + 1;
+  }
+  micro_in_window_ = 0;
+  finished_ = false;
+}
+
+Accelerator::ResumePosition Accelerator::resumed_position(size_t loader_index) const {
+  if (loader_index >= resumed_.size()) return {};
+  return resumed_[loader_index];
+}
+
+void Accelerator::save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
+                             std::string_view max_shard_size) {
+  NamedTensors state = model.full_state_dict();  // collective
+  if (is_main_process()) {
+    // Tied weights appear under each of their names in the state dict; safetensors (and
+    // transformers' save_pretrained) keep the first: drop the other names.
+    std::set<std::string> first_names, all_names;
+    for (auto& [name, p] : model.module().named_parameters(/*remove_duplicate=*/true)) {
+      first_names.insert(name);
+    }
+    for (auto& [name, p] : model.module().named_parameters(/*remove_duplicate=*/false)) {
+      all_names.insert(name);
+    }
+    NamedTensors unique;
+    for (auto& [name, t] : state) {
+      if (all_names.count(name) && !first_names.count(name)) continue;
+      unique.emplace_back(name, t);
+    }
+    save_sharded(dir, unique, max_shard_size, {{"format", "pt"}});
+  }
+  pg_->barrier();
+}
+
+// ---- randomness ---------------------------------------------------------------------------
+
+void Accelerator::set_seed(uint64_t seed, bool device_specific) {
+  braid::set_seed(device_specific ? seed + static_cast<uint64_t>(process_index()) : seed);
+}
+
+void Accelerator::synchronize_rng_states() {
+  std::vector<uint8_t> state = default_generator(kCPU).get_state();
+  Tensor t = Tensor::empty({static_cast<int64_t>(state.size())}, DType::kU8);
+  std::copy(state.begin(), state.end(), t.data<uint8_t>());
+  pg_->broadcast(t, 0);
+  default_generator(kCPU).set_state(
+      std::span<const uint8_t>(t.data<uint8_t>(), static_cast<size_t>(t.numel())));
+}
+
+nn::DataLoader Accelerator::skip_first_batches(const nn::DataLoader& loader,
+                                               int64_t num_batches) const {
+  return nn::skip_first_batches(loader, num_batches);
+}
+
+// ---- trackers -------------------------------------------------------------------------------
+
+void Accelerator::init_trackers(const std::string& project_name, std::optional<HParams> config) {
+  TrackersOptions o;
+  for (const std::string& name : config_.log_with) o.log_with.push_back(parse_logger_type(name));
+  const ProjectConfiguration& pc = config_.project_config;
+  o.logging_dir = pc.logging_dir.empty() ? pc.project_dir : pc.logging_dir;
+  o.project_name = project_name;
+  o.config = std::move(config);
+  o.is_main_process = is_main_process();
+  trackers_.init(std::move(o));
+}
+
+void Accelerator::log(const Scalars& values, int64_t step) {
+  trackers_.log(values, step);
+}
+
+void Accelerator::end_training() {
+  trackers_.end_training();
+}
+
+void Accelerator::free_memory() {
+  get_allocator(kCPU).empty_cache();
+}
+
+// ---- find_executable_batch_size -------------------------------------------------------------
+
+int64_t Accelerator::find_executable_batch_size(const std::function<void(int64_t)>& fn,
+                                                int64_t starting_batch_size,
+                                                std::function<int64_t(int64_t)> reduce_fn) {
+  if (!reduce_fn) reduce_fn = [](int64_t b) { return b / 2; };
+  int64_t batch = starting_batch_size;
+  while (true) {
+    BRAID_CHECK(batch > 0, kOutOfMemory,
+                "find_executable_batch_size: no batch size down to 1 fits in memory (started at ",
+                starting_batch_size, ")");
+    bool oom = false;
+    std::string message;
+    try {
+      fn(batch);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kOutOfMemory) throw;
+      oom = true;
+      message = e.message();
+    }
+    // Every rank learns whether any rank ran out of memory: all shrink together.
+    Tensor flag = Tensor::full({1}, oom ? 1.0 : 0.0, DType::kF32);
+    CallOptions max;
+    max.op = ReduceOp::kMax;
+    pg_->all_reduce(flag, max);
+    if (flag.item() == 0.0) return batch;
+    if (oom) {
+      BRAID_LOG(kWarning) << "find_executable_batch_size: batch size " << batch
+                          << " ran out of memory (" << message << "); trying smaller";
+    }
+    free_memory();
+    batch = reduce_fn(batch);
+  }
+}
+
+}  // namespace braid::accel

@@ -1,0 +1,347 @@
+// sharding_plan: distributed_type and its plugin -> shard::ShardingOptions and the settings
+// around ShardedModel (docs/config.md, "Mapping to braid's sharding"); validate_config: the
+// checks across keys. Both are pure: no files, no environment.
+#include <string>
+
+#include "braid/accel/config.h"
+#include "braid/core/error.h"
+
+namespace braid::accel {
+namespace {
+
+using shard::ZeroStage;
+
+std::string name_of(DistributedType t) {
+  return std::string(distributed_type_name(t));
+}
+
+// FSDP's MixedPrecision for the config: the plugin's policy, else the one Accelerate's
+// set_mixed_precision builds from mixed_precision (16-bit parameters and reductions).
+FsdpMixedPrecisionPolicy policy_for(
+    const AcceleratorConfig& c, const std::optional<FsdpMixedPrecisionPolicy>& explicit_policy) {
+  if (explicit_policy) return *explicit_policy;
+  amp::PrecisionPolicy p = amp::PrecisionPolicy::from(c.mixed_precision);
+  return {p.param_dtype, p.reduce_dtype, p.buffer_dtype};
+}
+
+void set_dtypes(ShardingPlan& plan, const FsdpMixedPrecisionPolicy& p, bool warn_buffers) {
+  plan.options.param_dtype = p.param_dtype;
+  plan.options.reduce_dtype = p.reduce_dtype;
+  if (warn_buffers && p.buffer_dtype != DType::kF32) {
+    plan.warnings.push_back(
+        "fsdp_config.fsdp_mixed_precision_policy buffer_dtype " +
+        std::string(dtype_name(p.buffer_dtype)) +
+        ": braid keeps buffers in the dtype the model gives them (no buffer cast)");
+  }
+}
+
+// The shard group of HSDP: fsdp_hsdp_shard_size, else parallelism_config's dp_shard_size when
+// it replicates, else (hybrid strategies) the processes of one machine.
+int64_t hsdp_shard_size(const AcceleratorConfig& c, const FullyShardedDataParallelPlugin& f,
+                        bool hybrid) {
+  int64_t size = 0;
+  const char* from = "";
+  if (f.hsdp_shard_size > 0) {
+    BRAID_CHECK(hybrid, kInvalidArgument, "fsdp_config.fsdp_hsdp_shard_size ", f.hsdp_shard_size,
+                " applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2; fsdp_sharding_strategy is ",
+                fsdp_sharding_strategy_name(f.sharding_strategy));
+    size = f.hsdp_shard_size;
+    from = "fsdp_config.fsdp_hsdp_shard_size";
+  } else if (c.parallelism_config && c.parallelism_config->dp_replicate_size > 1) {
+    size = c.parallelism_config->dp_shard_size;
+    from = "parallelism_config.parallelism_config_dp_shard_size";
+  } else if (hybrid && c.num_machines > 1 && c.num_processes > 0) {
+    BRAID_CHECK(c.num_processes % c.num_machines == 0, kInvalidArgument, "num_processes ",
+                c.num_processes, " is not a multiple of num_machines ", c.num_machines,
+                ": HYBRID_SHARD shards over the processes of one machine");
+    size = c.num_processes / c.num_machines;
+    from = "num_processes / num_machines";
+  }
+  if (size > 0 && c.num_processes > 0) {
+    BRAID_CHECK(c.num_processes % size == 0, kInvalidArgument, "the shard group size ", size, " (",
+                from, ") does not divide num_processes ", c.num_processes);
+  }
+  return size;
+}
+
+void map_fsdp(const AcceleratorConfig& c, ShardingPlan& plan) {
+  const FullyShardedDataParallelPlugin f = c.fsdp_plugin.value_or(FullyShardedDataParallelPlugin{});
+  shard::ShardingOptions& o = plan.options;
+  bool hybrid = false;
+  switch (f.sharding_strategy) {
+    case FsdpShardingStrategy::kFullShard:
+      o.stage = ZeroStage::k3;
+      o.reshard_after_forward = true;
+      break;
+    case FsdpShardingStrategy::kShardGradOp:  // gathered from forward to the end of backward
+      o.stage = ZeroStage::k3;
+      o.reshard_after_forward = false;
+      break;
+    case FsdpShardingStrategy::kNoShard:
+      o.stage = ZeroStage::k0;
+      break;
+    case FsdpShardingStrategy::kHybridShard:
+      o.stage = ZeroStage::k3;
+      o.reshard_after_forward = true;
+      hybrid = true;
+      break;
+    case FsdpShardingStrategy::kHybridShardZero2:
+      o.stage = ZeroStage::k2;
+      hybrid = true;
+      break;
+  }
+  if (f.reshard_after_forward) {
+    if (o.stage == ZeroStage::k3) {
+      o.reshard_after_forward = *f.reshard_after_forward;
+    } else {
+      plan.warnings.push_back(
+          "fsdp_config.fsdp_reshard_after_forward applies to sharded "
+          "parameters (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD); ignored with " +
+          std::string(fsdp_sharding_strategy_name(f.sharding_strategy)));
+    }
+  }
+  if (o.stage != ZeroStage::k0) o.shard_group_size = hsdp_shard_size(c, f, hybrid);
+  set_dtypes(plan, policy_for(c, f.mixed_precision_policy), f.mixed_precision_policy.has_value());
+
+  o.wrap.kind = f.auto_wrap_policy;
+  o.wrap.transformer_cls_names_to_wrap = f.transformer_cls_names_to_wrap;
+  o.wrap.min_num_params = f.min_num_params;
+  o.wrap.ignored_modules = f.ignored_modules;
+  if (f.auto_wrap_policy == shard::WrapKind::kTransformerBased &&
+      f.transformer_cls_names_to_wrap.empty()) {
+    plan.warnings.push_back(
+        "fsdp_config.fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP without "
+        "fsdp_transformer_layer_cls_to_wrap: braid models have no _no_split_modules, so the "
+        "whole model is one unit until the program names its block types (e.g. GPT2Block)");
+  }
+  if (f.backward_prefetch) {
+    o.backward_prefetch = *f.backward_prefetch != FsdpBackwardPrefetch::kNoPrefetch;
+    if (*f.backward_prefetch == FsdpBackwardPrefetch::kBackwardPost) {
+      plan.warnings.push_back(
+          "fsdp_config.fsdp_backward_prefetch BACKWARD_POST: braid starts the "
+          "next unit's gather when a unit's backward starts (BACKWARD_PRE)");
+    }
+  }
+  if (f.forward_prefetch) o.forward_prefetch = *f.forward_prefetch;
+  if (!f.limit_all_gathers) {
+    plan.warnings.push_back(
+        "fsdp_config.fsdp_limit_all_gathers false: braid always gathers at "
+        "most one unit ahead");
+  }
+  if (f.sync_module_states) o.sync_module_states = *f.sync_module_states;
+  if (f.cpu_ram_efficient_loading) {
+    o.sync_module_states = true;
+    plan.init_on_meta = true;
+  }
+  if (f.cpu_offload) {
+    plan.offload_optimizer.device = nn::OffloadDevice::kCpu;
+    if (o.stage == ZeroStage::k3) {
+      o.offload_param.device = nn::OffloadDevice::kCpu;
+    } else {
+      plan.warnings.push_back(
+          "fsdp_config.fsdp_offload_params: parameters are offloaded only "
+          "when sharded at stage 3; here only the optimizer state is");
+    }
+  }
+  FsdpStateDictType sd =
+      f.state_dict_type.value_or(f.fsdp_version == 2 ? FsdpStateDictType::kShardedStateDict
+                                                     : FsdpStateDictType::kFullStateDict);
+  if (sd == FsdpStateDictType::kLocalStateDict) {
+    plan.warnings.push_back(
+        "fsdp_config.fsdp_state_dict_type LOCAL_STATE_DICT: saved as "
+        "SHARDED_STATE_DICT (braid's sharded checkpoints load at any layout)");
+    sd = FsdpStateDictType::kShardedStateDict;
+  }
+  plan.state_dict_type = sd;
+  plan.activation_checkpointing = f.activation_checkpointing;
+}
+
+void check_nvme(nn::OffloadDevice device, const std::filesystem::path& path, const char* device_key,
+                const char* path_key) {
+  BRAID_CHECK(device != nn::OffloadDevice::kNvme || !path.empty(), kInvalidArgument,
+              "deepspeed_config.", device_key, " is nvme but deepspeed_config.", path_key,
+              " is empty; expected the folder to offload to");
+}
+
+void map_deepspeed(const AcceleratorConfig& c, ShardingPlan& plan) {
+  const DeepSpeedPlugin d = c.deepspeed_plugin.value_or(DeepSpeedPlugin{});
+  shard::ShardingOptions& o = plan.options;
+  o.stage = shard::zero_stage_from_int(d.zero_stage);
+  o.reshard_after_forward = true;  // ZeRO-3 releases a module's parameters after its forward
+  set_dtypes(plan, policy_for(c, std::nullopt), false);
+  check_nvme(d.offload_optimizer_device, d.offload_optimizer_nvme_path, "offload_optimizer_device",
+             "offload_optimizer_nvme_path");
+  check_nvme(d.offload_param_device, d.offload_param_nvme_path, "offload_param_device",
+             "offload_param_nvme_path");
+  plan.offload_optimizer.device = d.offload_optimizer_device;
+  plan.offload_optimizer.nvme_path = d.offload_optimizer_nvme_path;
+  if (d.offload_param_device != nn::OffloadDevice::kNone) {
+    if (o.stage == ZeroStage::k3) {
+      o.offload_param.device = d.offload_param_device;
+      o.offload_param.nvme_path = d.offload_param_nvme_path;
+    } else {
+      plan.warnings.push_back(
+          "deepspeed_config.offload_param_device applies to ZeRO stage 3; "
+          "ignored at stage " +
+          std::to_string(d.zero_stage));
+    }
+  }
+  if (d.zero3_init_flag) {
+    if (o.stage == ZeroStage::k3) {
+      plan.init_on_meta = true;
+    } else {
+      plan.warnings.push_back(
+          "deepspeed_config.zero3_init_flag applies to ZeRO stage 3; ignored "
+          "at stage " +
+          std::to_string(d.zero_stage));
+    }
+  }
+  plan.save_16bit_model = d.zero3_save_16bit_model;
+  plan.gradient_clipping = d.gradient_clipping;
+  if (!d.transformer_moe_cls_names.empty()) {
+    plan.warnings.push_back(
+        "deepspeed_config.deepspeed_moe_layer_cls_names: braid has no "
+        "mixture-of-experts leaf modules; ignored");
+  }
+  if (d.mics_shard_size > 0) {
+    if (o.stage == ZeroStage::k0) {
+      plan.warnings.push_back("deepspeed_config.mics_shard_size applies to stages 1-3; ignored");
+    } else {
+      BRAID_CHECK(c.num_processes <= 0 || c.num_processes % d.mics_shard_size == 0,
+                  kInvalidArgument, "deepspeed_config.mics_shard_size ", d.mics_shard_size,
+                  " does not divide num_processes ", c.num_processes);
+      o.shard_group_size = d.mics_shard_size;
+    }
+  }
+}
+
+void map_megatron(const AcceleratorConfig& c, ShardingPlan& plan) {
+  const MegatronLMPlugin m = c.megatron_lm_plugin.value_or(MegatronLMPlugin{});
+  BRAID_CHECK(m.tp_degree == 1 && m.pp_degree == 1, kNotSupported,
+              "megatron_lm_config: megatron_lm_tp_degree ", m.tp_degree,
+              " and megatron_lm_pp_degree ", m.pp_degree,
+              ": braid maps Megatron-LM's data-parallel part only; tensor and pipeline degrees "
+              "above 1 are not supported by the configuration yet (expected 1 and 1)");
+  plan.options.stage = m.use_distributed_optimizer ? ZeroStage::k1 : ZeroStage::k0;
+  set_dtypes(plan, policy_for(c, std::nullopt), false);
+  plan.activation_checkpointing = m.recompute_activations;
+  if (m.gradient_clipping > 0) plan.gradient_clipping = m.gradient_clipping;
+  if (m.num_micro_batches > 1) {
+    plan.warnings.push_back(
+        "megatron_lm_config.megatron_lm_num_micro_batches applies to pipeline "
+        "parallelism (pp_degree > 1); ignored");
+  }
+  if (m.sequence_parallelism) {
+    plan.warnings.push_back(
+        "megatron_lm_config.megatron_lm_sequence_parallelism applies to "
+        "tensor parallelism (tp_degree > 1); ignored");
+  }
+}
+
+void check_mesh_sizes(const AcceleratorConfig& c) {
+  if (!c.parallelism_config) return;
+  const ParallelismConfig& p = *c.parallelism_config;
+  BRAID_CHECK(p.tp_size == 1 && p.cp_size == 1, kNotSupported,
+              "parallelism_config: parallelism_config_tp_size ", p.tp_size,
+              " and parallelism_config_cp_size ", p.cp_size,
+              ": tensor and context parallelism are not supported by the configuration yet "
+              "(expected 1 and 1)");
+}
+
+}  // namespace
+
+ShardingPlan sharding_plan(const AcceleratorConfig& config) {
+  ShardingPlan plan;
+  plan.options.ddp = config.ddp_kwargs;
+  check_mesh_sizes(config);
+  const DistributedType t = config.distributed_type;
+  auto ignored = [&](bool present, DistributedType owner, const char* section) {
+    if (present && t != owner) {
+      plan.warnings.push_back(std::string(section) + " is ignored: distributed_type is " +
+                              name_of(t));
+    }
+  };
+  ignored(config.fsdp_plugin.has_value(), DistributedType::kFsdp, "fsdp_config");
+  ignored(config.deepspeed_plugin.has_value(), DistributedType::kDeepSpeed, "deepspeed_config");
+  ignored(config.megatron_lm_plugin.has_value(), DistributedType::kMegatronLm,
+          "megatron_lm_config");
+  switch (t) {
+    case DistributedType::kFsdp:
+      map_fsdp(config, plan);
+      break;
+    case DistributedType::kDeepSpeed:
+      map_deepspeed(config, plan);
+      break;
+    case DistributedType::kMegatronLm:
+      map_megatron(config, plan);
+      break;
+    default:
+      // NO / MULTI_*: DDP. Mixed precision is autocast over f32 parameters, as Accelerate.
+      plan.options.stage = ZeroStage::k0;
+      break;
+  }
+  if (t != DistributedType::kFsdp && config.parallelism_config &&
+      config.parallelism_config->dp_shard_size > 1) {
+    plan.warnings.push_back(
+        "parallelism_config.parallelism_config_dp_shard_size applies to FSDP; "
+        "ignored with distributed_type " +
+        name_of(t));
+  }
+  return plan;
+}
+
+void validate_config(const AcceleratorConfig& c) {
+  BRAID_CHECK(c.compute_environment == ComputeEnvironment::kLocalMachine, kNotSupported,
+              "compute_environment ", compute_environment_name(c.compute_environment),
+              ": braid runs on LOCAL_MACHINE only");
+  switch (c.distributed_type) {
+    case DistributedType::kNo:
+    case DistributedType::kMultiCpu:
+    case DistributedType::kMultiGpu:
+    case DistributedType::kFsdp:
+    case DistributedType::kDeepSpeed:
+    case DistributedType::kMegatronLm:
+      break;
+    default:
+      BRAID_FAIL(kNotSupported, "distributed_type ", name_of(c.distributed_type),
+                 ": braid has no runtime for it; expected NO, MULTI_CPU, MULTI_GPU, FSDP, "
+                 "DEEPSPEED or MEGATRON_LM");
+  }
+  BRAID_CHECK(c.dynamo_backend == DynamoBackend::kNo, kNotSupported, "dynamo_backend ",
+              dynamo_backend_name(c.dynamo_backend),
+              ": braid has no graph compiler (torch.compile); expected NO");
+  BRAID_CHECK(c.machine_rank < c.num_machines, kInvalidArgument, "machine_rank ", c.machine_rank,
+              " is not below num_machines ", c.num_machines);
+  BRAID_CHECK(c.num_processes <= 0 || c.num_processes % c.num_machines == 0, kInvalidArgument,
+              "num_processes ", c.num_processes, " is not a multiple of num_machines ",
+              c.num_machines, "; expected the same number of processes on every machine");
+  BRAID_CHECK(!(c.use_cpu && c.distributed_type == DistributedType::kMultiGpu), kInvalidArgument,
+              "use_cpu is true but distributed_type is MULTI_GPU; expected MULTI_CPU (or use_cpu "
+              "false)");
+  BRAID_CHECK(!(c.gradient_accumulation_steps && c.gradient_accumulation_plugin), kInvalidArgument,
+              "gradient_accumulation_steps and gradient_accumulation_plugin are both set; give "
+              "one (the plugin's num_steps holds the steps)");
+  if (c.deepspeed_plugin && c.deepspeed_plugin->gradient_accumulation_steps &&
+      (c.gradient_accumulation_steps || c.gradient_accumulation_plugin)) {
+    int64_t ds = *c.deepspeed_plugin->gradient_accumulation_steps;
+    int64_t own = gradient_accumulation_steps(c);
+    BRAID_CHECK(ds == own, kInvalidArgument, "deepspeed_config.gradient_accumulation_steps ", ds,
+                " disagrees with the gradient accumulation steps ", own, "; give one value");
+  }
+  if (c.fsdp_plugin && c.fsdp_plugin->cpu_ram_efficient_loading) {
+    BRAID_CHECK(c.fsdp_plugin->sync_module_states.value_or(true), kInvalidArgument,
+                "fsdp_config.fsdp_cpu_ram_efficient_loading is true but "
+                "fsdp_config.fsdp_sync_module_states is false; expected true (only rank 0 "
+                "loads the weights)");
+  }
+  if (c.parallelism_config) {
+    const ParallelismConfig& p = *c.parallelism_config;
+    int64_t total = p.dp_replicate_size * p.dp_shard_size * p.tp_size * p.cp_size;
+    BRAID_CHECK(c.num_processes <= 0 || total == c.num_processes, kInvalidArgument,
+                "parallelism_config: dp_replicate_size x dp_shard_size x tp_size x cp_size = ",
+                total, " but num_processes is ", c.num_processes, "; expected them equal");
+  }
+  (void)sharding_plan(c);  // its own checks (shard sizes, Megatron degrees)
+}
+
+}  // namespace braid::accel

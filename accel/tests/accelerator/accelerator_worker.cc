@@ -1,0 +1,300 @@
+// accelerator_worker: the Accelerator on real processes under `braid launch`
+// (run_accelerator.sh compares the results).
+//
+//   accelerator_worker train OUT --steps N --accum A [--stage S] [--precision bf16]
+//                      [--save-at K] [--resume] [--project DIR] [--clip C] [--constant-lr]
+//       A tiny GPT trained on a global batch of 4 micro-batches of 2 sequences per step
+//       (A micro-batches per rank per step: W x A = 4) through prepare_model / accumulate /
+//       backward / clip_grad_norm_ / step / scheduler_step; writes the final parameters
+//       (save_model) to OUT. --save-at K: save_state (automatic naming under --project) after
+//       step K, then exit as if killed; --resume: load_state the latest and continue.
+//   accelerator_worker metrics      gather_for_metrics over 10 samples in batches of 2
+//   accelerator_worker batch-size   find_executable_batch_size with rank 1 failing above 16
+//   accelerator_worker misc DIR     the other methods: reduce, pad_across_processes,
+//                                   main_process_first, RNG sync, trackers, no_sync,
+//                                   clip_grad_value_, register_for_checkpointing
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "braid/accel/accelerator.h"
+#include "braid/core/error.h"
+#include "braid/core/rng.h"
+#include "braid/nn/data_text.h"
+#include "braid/nn/gpt.h"
+#include "braid/nn/loss.h"
+#include "braid/tensor/ops.h"
+#include "braid/tensor/safetensors.h"
+
+namespace {
+
+using namespace braid;
+
+constexpr int64_t kSeq = 12, kVocab = 37;
+
+// Sample i: ids and labels of one sequence, a pure function of i.
+class TokenDataset : public nn::Dataset {
+ public:
+  explicit TokenDataset(int64_t size) : size_(size) {}
+  int64_t size() const override { return size_; }
+  Tree get(int64_t index) const override {
+    Generator gen(7919 * static_cast<uint64_t>(index) + 1);
+    Tensor data = Tensor::empty({kSeq + 1}, DType::kI64);
+    gen.fill_randint(data.data<int64_t>(), data.numel(), 0, kVocab);
+    return Tree::map({{"input_ids", Tree(data.narrow(0, 0, kSeq).contiguous())},
+                      {"labels", Tree(data.narrow(0, 1, kSeq).contiguous())}});
+  }
+
+ private:
+  int64_t size_;
+};
+
+std::shared_ptr<nn::GPT> tiny_gpt() {
+  nn::GPTConfig c;
+  c.vocab_size = kVocab;
+  c.n_positions = 16;
+  c.n_embd = 24;
+  c.n_layer = 3;
+  c.n_head = 4;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
+  auto gpt = std::make_shared<nn::GPT>(c);
+  Generator gen(42);
+  gpt->init_weights(gen);
+  return gpt;
+}
+
+std::string arg(const std::vector<std::string>& a, const std::string& key, std::string def) {
+  for (size_t i = 0; i + 1 < a.size(); ++i) {
+    if (a[i] == key) return a[i + 1];
+  }
+  return def;
+}
+bool flag(const std::vector<std::string>& a, const std::string& key) {
+  for (const auto& s : a) {
+    if (s == key) return true;
+  }
+  return false;
+}
+
+int train(const std::string& out, const std::vector<std::string>& a) {
+  const int64_t steps = std::stoll(arg(a, "--steps", "3"));
+  const int64_t accum = std::stoll(arg(a, "--accum", "1"));
+  const int64_t save_at = std::stoll(arg(a, "--save-at", "-1"));
+  const double clip = std::stod(arg(a, "--clip", "0"));
+  accel::AcceleratorConfig cfg;
+  cfg.distributed_type = accel::DistributedType::kFsdp;
+  accel::FullyShardedDataParallelPlugin fsdp;
+  const int stage = std::stoi(arg(a, "--stage", "3"));
+  fsdp.sharding_strategy = stage == 3   ? accel::FsdpShardingStrategy::kFullShard
+                           : stage == 0 ? accel::FsdpShardingStrategy::kNoShard
+                                        : accel::FsdpShardingStrategy::kShardGradOp;
+  fsdp.auto_wrap_policy = shard::WrapKind::kTransformerBased;
+  fsdp.transformer_cls_names_to_wrap = {"GPT2Block"};
+  cfg.fsdp_plugin = fsdp;
+  cfg.gradient_accumulation_steps = accum;
+  if (arg(a, "--precision", "no") == "bf16") cfg.mixed_precision = amp::PrecisionType::kBf16;
+  cfg.project_config.project_dir = arg(a, "--project", "/tmp/accelerator_worker");
+  cfg.project_config.automatic_checkpoint_naming = true;
+  cfg.project_config.total_limit = 2;
+  accel::Accelerator acc(cfg);
+  const int W = acc.num_processes();
+  BRAID_CHECK(W * accum == 4, kInvalidArgument, "W x accum must be 4, got ", W, " x ", accum);
+
+  auto model = acc.prepare_model(tiny_gpt());
+  nn::AdamW opt(model->optimizer_parameters(), {.lr = 1e-2, .weight_decay = 0.1});
+  acc.prepare_optimizer(opt);
+  // scheduler_step steps the schedule num_processes times per optimizer step (Accelerate's
+  // AcceleratedScheduler without split_batches): the schedule counts steps x processes.
+  // --constant-lr: a constant schedule, which (unlike a decaying one counted in processes)
+  // also continues exactly at another world size.
+  const bool constant = flag(a, "--constant-lr");
+  nn::LRScheduler sched(
+      opt, constant ? nn::SchedulerType::kConstant : nn::SchedulerType::kCosine,
+      {.num_warmup_steps = constant ? 0 : 1 * W, .num_training_steps = steps * W});
+  acc.prepare_scheduler(sched);
+  nn::DataLoader loader(std::make_shared<TokenDataset>(8 * steps), {.batch_size = 2});
+  nn::DataLoader train = acc.prepare_data_loader(loader);
+  int64_t start_batches = 0;
+  if (flag(a, "--resume")) {
+    acc.load_state();
+    start_batches = acc.resumed_position(0).samples / train.total_batch_size();
+    acc.print("resumed after " + std::to_string(start_batches) + " batches");
+  }
+  nn::DataLoader skipped = acc.skip_first_batches(train, start_batches);
+  nn::DataLoader& data = start_batches > 0 ? skipped : train;
+  nn::CrossEntropyLoss ce;
+  int64_t step = start_batches / accum;
+  double loss_sum = 0;
+  for (const Tree& batch : data) {
+    auto accumulate = acc.accumulate(data);
+    auto autocast = acc.autocast();
+    Tensor logits = model->forward(batch.at("input_ids").tensor());
+    loss_sum += ce.forward(logits, batch.at("labels").tensor()).item();
+    acc.backward(*model, ce.backward());
+    if (!acc.sync_gradients()) continue;
+    if (clip > 0) {
+      const double norm = acc.clip_grad_norm_(*model, clip);
+      acc.print("step " + std::to_string(step) + " grad norm " + std::to_string(norm));
+    }
+    acc.step(opt);
+    acc.scheduler_step(sched);
+    acc.zero_grad(opt);
+    Tree mean = acc.reduce(Tree(Tensor::full({1}, loss_sum / double(accum), DType::kF32)));
+    acc.print("step " + std::to_string(step) + " loss " + std::to_string(mean.tensor().item()));
+    loss_sum = 0;
+    ++step;
+    if (step == save_at) {
+      acc.save_state();
+      acc.print("saved at step " + std::to_string(step));
+      return 0;  // as if the job died here
+    }
+  }
+  acc.save_model(*model, out);
+  return 0;
+}
+
+// 10 samples, batches of 2 per rank: on 3 ranks the last global batch is padded with
+// repeated samples (even_batches); gather_for_metrics drops them.
+int metrics() {
+  accel::Accelerator acc;
+  nn::DataLoader loader(std::make_shared<nn::SyntheticDataset>(nn::SyntheticOptions{.size = 10}),
+                        {.batch_size = 2});
+  nn::DataLoader data = acc.prepare_data_loader(loader);
+  std::vector<int64_t> seen;
+  for (const Tree& batch : data) {
+    auto accumulate = acc.accumulate(data);
+    Tree all = acc.gather_for_metrics(batch.at("index"), data);
+    const Tensor& t = all.tensor();
+    for (int64_t i = 0; i < t.numel(); ++i) seen.push_back(t.data<int64_t>()[i]);
+  }
+  std::string text;
+  for (int64_t v : seen) text += std::to_string(v) + " ";
+  acc.print("metrics: " + text);
+  BRAID_CHECK(static_cast<int64_t>(seen.size()) == 10, kInternal, "expected 10 samples, got ",
+              seen.size(), ": ", text);
+  std::vector<int64_t> sorted = seen;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 10; ++i) {
+    BRAID_CHECK(sorted[static_cast<size_t>(i)] == i, kInternal, "samples are not 0..9: ", text);
+  }
+  return 0;
+}
+
+int batch_size() {
+  accel::Accelerator acc;
+  std::vector<int64_t> tried;
+  const int64_t found = acc.find_executable_batch_size(
+      [&](int64_t b) {
+        tried.push_back(b);
+        if (acc.process_index() == 1 && b > 16) {
+          BRAID_FAIL(kOutOfMemory, "rank 1 cannot fit batch ", b);
+        }
+      },
+      64);
+  std::string text;
+  for (int64_t b : tried) text += std::to_string(b) + " ";
+  std::printf("rank %d tried %s-> %lld\n", acc.process_index(), text.c_str(),
+              static_cast<long long>(found));
+  BRAID_CHECK(found == 16 && tried == std::vector<int64_t>({64, 32, 16}), kInternal,
+              "every rank must settle on 16 after 64 and 32");
+  return 0;
+}
+
+int misc(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  accel::AcceleratorConfig cfg;
+  cfg.log_with = {"jsonl", "csv"};
+  cfg.project_config.project_dir = dir;
+  accel::Accelerator acc(cfg);
+  const int r = acc.process_index(), W = acc.num_processes();
+  // reduce and pad_across_processes.
+  Tree sum = acc.reduce(Tree(Tensor::full({2}, double(r + 1), DType::kF32)), "sum");
+  BRAID_CHECK(sum.tensor().data<float>()[1] == float(W * (W + 1) / 2), kInternal, "reduce sum");
+  Tree padded = acc.pad_across_processes(Tree(Tensor::ones({r + 1}, DType::kF32)), 0, -1.0);
+  BRAID_CHECK(padded.tensor().numel() == W, kInternal, "pad_across_processes length");
+  Tree all = acc.gather(padded);
+  BRAID_CHECK(all.tensor().numel() == W * W, kInternal, "gather length");
+  // main_process_first: rank 0 writes a file the others then read.
+  const auto marker = std::filesystem::path(dir) / "first.txt";
+  acc.main_process_first([&] {
+    if (acc.is_main_process()) {
+      std::ofstream(marker) << "made by 0";
+    } else {
+      BRAID_CHECK(std::filesystem::exists(marker), kInternal, "main_process_first: rank ", r,
+                  " ran before the main process");
+    }
+  });
+  // synchronize_rng_states: every rank ends with rank 0's generator.
+  default_generator(kCPU).manual_seed(100 + static_cast<uint64_t>(r));
+  acc.synchronize_rng_states();
+  Tensor state = Tensor::empty({24}, DType::kU8);
+  const auto mine = default_generator(kCPU).get_state();
+  std::copy(mine.begin(), mine.end(), state.data<uint8_t>());
+  Tree states = acc.gather(Tree(state));
+  for (int q = 1; q < W; ++q) {
+    BRAID_CHECK(std::memcmp(states.tensor().data<uint8_t>(),
+                            states.tensor().data<uint8_t>() + 24 * q, 24) == 0,
+                kInternal, "synchronize_rng_states: rank ", q, " differs");
+  }
+  // Trackers: files on the main process only.
+  acc.init_trackers("run", accel::HParams{{"lr", 0.5}});
+  acc.log({{"loss", 1.5}}, 0);
+  acc.log({{"loss", 1.25}}, 1);
+  acc.end_training();
+  // register_for_checkpointing + save_state / load_state round trip of a custom object.
+  int counter = 41 + r;
+  acc.register_for_checkpointing(
+      {[&] { return std::string("{\"counter\": ") + std::to_string(counter) + "}"; },
+       [&](const std::string& j) { counter = std::stoi(j.substr(j.find(':') + 1)); }});
+  auto gpt = tiny_gpt();
+  auto model = acc.prepare_model(gpt);
+  nn::SGD opt(model->optimizer_parameters(), {.lr = 0.1});
+  acc.prepare_optimizer(opt);
+  // no_sync + clip_grad_value_.
+  nn::CrossEntropyLoss ce;
+  Tensor ids = Tensor::from_vector({1, 2, 3, 4}, {1, 4}, DType::kI64);
+  {
+    auto ns = acc.no_sync(*model);
+    BRAID_CHECK(!model->gradient_sync(), kInternal, "no_sync");
+  }
+  BRAID_CHECK(model->gradient_sync(), kInternal, "no_sync restores");
+  ce.forward(model->forward(ids), ids);
+  acc.backward(*model, ce.backward());
+  acc.clip_grad_value_(*model, 1e-3);
+  for (auto& p : model->optimizer_parameters()) {
+    BRAID_CHECK(amax(abs(p.grad())).item() <= 1e-3 + 1e-9, kInternal, "clip_grad_value_");
+  }
+  acc.step(opt);
+  const auto saved = acc.save_state(std::filesystem::path(dir) / "state");
+  counter = 0;
+  acc.load_state(saved);
+  BRAID_CHECK(counter == 41, kInternal, "custom state: expected the main process's 41, got ",
+              counter);
+  acc.wait_for_everyone();
+  acc.print("misc OK");
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> a(argv + 1, argv + argc);
+  BRAID_CHECK(!a.empty(), kInvalidArgument,
+              "usage: accelerator_worker train|metrics|batch-size|misc");
+  if (a[0] == "train" && a.size() >= 2) return train(a[1], a);
+  if (a[0] == "metrics") return metrics();
+  if (a[0] == "batch-size") return batch_size();
+  if (a[0] == "misc" && a.size() >= 2) return misc(a[1]);
+  BRAID_FAIL(kInvalidArgument, "accelerator_worker: unknown command ", a[0]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accelerator_worker: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The Accelerator on real processes (accelerator_worker under `braid launch`):
+#   run_accelerator.sh BRAID WORKER OUTDIR VARIANT
+# train:   W 1 x 4 accumulation steps, W 2 x 2 and W 4 x 1 train to the same bits (the
+#          sharding layer's ordered reduction), at ZeRO-3, ZeRO-1/2 and DDP, with bf16 autocast
+#          and clipping; save_state -> the job dies -> load_state -> continue equals the
+#          uninterrupted run, also resumed at another world size.
+# methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
+#          and the other methods (misc).
+set -euo pipefail
+braid=$1 worker=$2 out=$3 variant=$4
+rm -rf "$out"
+mkdir -p "$out"
+run() { # name nproc args...
+  local name=$1 n=$2
+  shift 2
+  if ! "$braid" launch --nproc-per-node "$n" --timeout 120 "$worker" "$@" >"$out/$name.log" 2>&1; then
+    cat "$out/$name.log"
+    echo "FAIL: $name" >&2
+    exit 1
+  fi
+  grep -h "loss\|metrics\|tried\|OK\|resumed" "$out/$name.log" | tail -2 | sed "s/^/$name: /"
+}
+same() { cmp -s "$out/$1/model.safetensors" "$out/$2/model.safetensors" ||
+  { echo "FAIL: $2 differs from $1" >&2; exit 1; }; echo "$2 == $1 (bit for bit)"; }
+
+case $variant in
+train)
+  for s in 3 1 0; do
+    run "w1_a4_s$s" 1 train "$out/w1_a4_s$s" --steps 3 --accum 4 --stage "$s" --project "$out/p"
+    run "w2_a2_s$s" 2 train "$out/w2_a2_s$s" --steps 3 --accum 2 --stage "$s" --project "$out/p"
+    run "w4_a1_s$s" 4 train "$out/w4_a1_s$s" --steps 3 --accum 1 --stage "$s" --project "$out/p"
+  done
+  for s in 3 1 0; do same w1_a4_s3 "w1_a4_s$s"; same w1_a4_s3 "w2_a2_s$s"; same w1_a4_s3 "w4_a1_s$s"; done
+  mix=(--precision bf16 --clip 0.5)
+  run w1_a4_bf16 1 train "$out/w1_a4_bf16" --steps 3 --accum 4 "${mix[@]}" --project "$out/p"
+  run w4_a1_bf16 4 train "$out/w4_a1_bf16" --steps 3 --accum 1 "${mix[@]}" --project "$out/p"
+  same w1_a4_bf16 w4_a1_bf16
+  # save_state after step 2 of 4 (the job ends there), load_state, continue.
+  run ref 2 train "$out/ref" --steps 4 --accum 2 --project "$out/p_ref"
+  run saving 2 train "$out/unused" --steps 4 --accum 2 --save-at 2 --project "$out/p_save"
+  [[ -d "$out/p_save/checkpoints/checkpoint_0/model" ]] || { echo "FAIL: no checkpoint_0" >&2; exit 1; }
+  run resumed 2 train "$out/resumed" --steps 4 --accum 2 --resume --project "$out/p_save"
+  same ref resumed
+  # At another world size: a schedule counted in processes (Accelerate's AcceleratedScheduler
+  # steps num_processes times per step) does not carry over, so a constant one here.
+  run ref_const 2 train "$out/ref_const" --steps 4 --accum 2 --constant-lr --project "$out/p_rc"
+  run saving_const 2 train "$out/unused" --steps 4 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
+  run resumed_w4 4 train "$out/resumed_w4" --steps 4 --accum 1 --constant-lr --resume --project "$out/p_c"
+  same ref_const resumed_w4
+  ;;
+methods)
+  run metrics 3 metrics
+  run batch_size 2 batch-size
+  [[ $(grep -c "tried 64 32 16 -> 16" "$out/batch_size.log") -eq 2 ]] ||
+    { cat "$out/batch_size.log"; echo "FAIL: both ranks must settle on 16" >&2; exit 1; }
+  run misc 2 misc "$out/misc"
+  # Trackers wrote on the main process only.
+  files=$(find "$out/misc/run" -type f | wc -l)
+  [[ $files -ge 2 ]] || { find "$out/misc"; echo "FAIL: tracker files missing" >&2; exit 1; }
+  grep -q '"loss"' "$out"/misc/run/*.jsonl || { echo "FAIL: jsonl has no loss" >&2; exit 1; }
+  ;;
+*)
+  echo "run_accelerator.sh: unknown variant $variant" >&2
+  exit 2
+  ;;
+esac
+echo "OK: $variant"
