@@ -14,6 +14,7 @@ void add_env_command(CLI::App& app);              // braid env: the environment 
 void add_estimate_memory_command(CLI::App& app);  // braid estimate-memory: per-stage peaks
 void add_launch_command(CLI::App& app);           // braid launch: run N ranks of a program
 void add_merge_weights_command(CLI::App& app);    // braid merge-weights: sharded -> safetensors
+void add_test_command(CLI::App& app);             // braid test: a short end-to-end check
 void add_version_command(CLI::App& app);          // braid version
 
 // Thrown by a command that finished with a specific non-zero exit status (braid launch

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   braid::cli::add_estimate_memory_command(app);
   braid::cli::add_launch_command(app);
   braid::cli::add_merge_weights_command(app);
+  braid::cli::add_test_command(app);
   braid::cli::add_version_command(app);
 
   if (is_unknown_command(app, argc, argv)) {

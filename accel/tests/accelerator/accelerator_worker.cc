@@ -7,12 +7,13 @@
 //       (A micro-batches per rank per step: W x A = 4) through prepare_model / accumulate /
 //       backward / clip_grad_norm_ / step / scheduler_step; writes the final parameters
 //       (save_model) to OUT. --save-at K: save_state (automatic naming under --project) after
-//       step K, then exit as if killed; --resume: load_state the latest and continue.
+//       step K, then SIGKILL itself; --resume: load_state the latest and continue.
 //   accelerator_worker metrics      gather_for_metrics over 10 samples in batches of 2
 //   accelerator_worker batch-size   find_executable_batch_size with rank 1 failing above 16
 //   accelerator_worker misc DIR     the other methods: reduce, pad_across_processes,
 //                                   main_process_first, RNG sync, trackers, no_sync,
 //                                   clip_grad_value_, register_for_checkpointing
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -147,8 +148,9 @@ int train(const std::string& out, const std::vector<std::string>& a) {
     ++step;
     if (step == save_at) {
       acc.save_state();
-      acc.print("saved at step " + std::to_string(step));
-      return 0;  // as if the job died here
+      acc.print("saved at step " + std::to_string(step) + "; killing this rank");
+      std::fflush(stdout);
+      std::raise(SIGKILL);  // the job dies here (braid launch stops the other ranks)
     }
   }
   acc.save_model(*model, out);

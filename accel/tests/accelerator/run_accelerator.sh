@@ -3,7 +3,7 @@
 #   run_accelerator.sh BRAID WORKER OUTDIR VARIANT
 # train:   W 1 x 4 accumulation steps, W 2 x 2 and W 4 x 1 train to the same bits (the
 #          sharding layer's ordered reduction), at ZeRO-3, ZeRO-1/2 and DDP, with bf16 autocast
-#          and clipping; save_state -> the job dies -> load_state -> continue equals the
+#          and clipping; save_state -> SIGKILL -> load_state -> continue equals the
 #          uninterrupted run, also resumed at another world size.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
 #          and the other methods (misc).
@@ -20,6 +20,15 @@ run() { # name nproc args...
     exit 1
   fi
   grep -h "loss\|metrics\|tried\|OK\|resumed" "$out/$name.log" | tail -2 | sed "s/^/$name: /"
+}
+killed() { # name nproc args...: the job must fail (a rank SIGKILLs itself after saving)
+  local name=$1 n=$2
+  shift 2
+  if "$braid" launch --nproc-per-node "$n" --timeout 120 --grace-period 2 "$worker" "$@" >"$out/$name.log" 2>&1; then
+    cat "$out/$name.log"; echo "FAIL: $name should have been killed" >&2; exit 1
+  fi
+  grep -q "saved at step" "$out/$name.log" || { cat "$out/$name.log"; echo "FAIL: $name saved nothing" >&2; exit 1; }
+  echo "$name: killed after saving (as planned)"
 }
 same() { cmp -s "$out/$1/model.safetensors" "$out/$2/model.safetensors" ||
   { echo "FAIL: $2 differs from $1" >&2; exit 1; }; echo "$2 == $1 (bit for bit)"; }
@@ -38,14 +47,14 @@ train)
   same w1_a4_bf16 w4_a1_bf16
   # save_state after step 2 of 4 (the job ends there), load_state, continue.
   run ref 2 train "$out/ref" --steps 4 --accum 2 --project "$out/p_ref"
-  run saving 2 train "$out/unused" --steps 4 --accum 2 --save-at 2 --project "$out/p_save"
+  killed saving 2 train "$out/unused" --steps 4 --accum 2 --save-at 2 --project "$out/p_save"
   [[ -d "$out/p_save/checkpoints/checkpoint_0/model" ]] || { echo "FAIL: no checkpoint_0" >&2; exit 1; }
   run resumed 2 train "$out/resumed" --steps 4 --accum 2 --resume --project "$out/p_save"
   same ref resumed
   # At another world size: a schedule counted in processes (Accelerate's AcceleratedScheduler
   # steps num_processes times per step) does not carry over, so a constant one here.
   run ref_const 2 train "$out/ref_const" --steps 4 --accum 2 --constant-lr --project "$out/p_rc"
-  run saving_const 2 train "$out/unused" --steps 4 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
+  killed saving_const 2 train "$out/unused" --steps 4 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
   run resumed_w4 4 train "$out/resumed_w4" --steps 4 --accum 1 --constant-lr --resume --project "$out/p_c"
   same ref_const resumed_w4
   ;;
