@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "braid/accel/trackers.h"
+#include "braid/core/crc32c.h"
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
 #include "trackers_internal.h"
@@ -30,18 +31,6 @@ namespace fs = std::filesystem;
 // ---- CRC32C and TFRecord framing ------------------------------------------------------------
 
 namespace {
-
-struct Crc32cTable {
-  uint32_t v[256];
-  constexpr Crc32cTable() : v() {
-    for (uint32_t i = 0; i < 256; ++i) {
-      uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-      v[i] = c;
-    }
-  }
-};
-constexpr Crc32cTable kCrcTable;
 
 void put_le(std::string& out, uint64_t v, int nbytes) {
   for (int i = 0; i < nbytes; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
@@ -56,9 +45,7 @@ uint64_t get_le(std::string_view in, int nbytes) {
 }  // namespace
 
 uint32_t crc32c(std::string_view bytes, uint32_t crc) {
-  crc = ~crc;
-  for (char c : bytes) crc = kCrcTable.v[(crc ^ static_cast<unsigned char>(c)) & 0xff] ^ (crc >> 8);
-  return ~crc;
+  return braid::crc32c(bytes, crc);  // core/crc32c.h
 }
 
 uint32_t masked_crc32c(std::string_view bytes) {

@@ -303,4 +303,11 @@ std::filesystem::path aside_folder(const std::filesystem::path& folder) {
   return f.parent_path() / (f.filename().string() + ".old");
 }
 
+std::string crc32c_hex(uint32_t crc) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out(8, '0');
+  for (int i = 7; i >= 0; --i, crc >>= 4) out[i] = kDigits[crc & 0xf];
+  return out;
+}
+
 }  // namespace braid::shard::detail

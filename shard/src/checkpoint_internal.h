@@ -14,18 +14,15 @@
 #include <string_view>
 #include <vector>
 
+#include "braid/core/crc32c.h"
 #include "braid/core/dtype.h"
 #include "braid/tensor/safetensors.h"
 #include "braid/tensor/tensor.h"
 
 namespace braid::shard::detail {
 
-// ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78; as iSCSI, ext4, gRPC) ----
-// crc32c("123456789") == 0xE3069283. `crc` continues a previous call (0 to start).
-uint32_t crc32c(std::span<const std::byte> bytes, uint32_t crc = 0);
-// The table-driven path, always available; crc32c() uses SSE4.2 when the CPU has it.
-uint32_t crc32c_portable(std::span<const std::byte> bytes, uint32_t crc = 0);
-bool crc32c_hardware_available();
+// ---- CRC32C: braid::crc32c (core/crc32c.h) ----
+using braid::crc32c;
 // "e3069283": how index.json stores a checksum.
 std::string crc32c_hex(uint32_t crc);
 

@@ -1,16 +1,16 @@
-// CRC32C for checkpoint files: a slicing-by-8 table version every CPU runs, and the SSE4.2
-// crc32 instruction (about 10x faster) chosen at run time on x86-64. Both give the same bits;
-// checkpoint_test.cc compares them on random buffers of every small length and alignment.
+// CRC32C (crc32c.h): a slicing-by-8 table version every CPU runs, and the SSE4.2 crc32
+// instruction (about 10x faster) chosen at run time on x86-64. Both give the same bits;
+// core/tests/crc32c_test.cc compares them on random buffers of every small length and alignment.
 #include <array>
 #include <cstring>
 
-#include "checkpoint_internal.h"
+#include "braid/core/crc32c.h"
 
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 #endif
 
-namespace braid::shard::detail {
+namespace braid {
 namespace {
 
 constexpr uint32_t kPoly = 0x82F63B78u;  // Castagnoli, reflected
@@ -86,11 +86,4 @@ uint32_t crc32c(std::span<const std::byte> bytes, uint32_t crc) {
   return crc32c_portable(bytes, crc);
 }
 
-std::string crc32c_hex(uint32_t crc) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out(8, '0');
-  for (int i = 7; i >= 0; --i, crc >>= 4) out[i] = kDigits[crc & 0xf];
-  return out;
-}
-
-}  // namespace braid::shard::detail
+}  // namespace braid
