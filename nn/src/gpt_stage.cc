@@ -3,11 +3,22 @@
 // of a pipeline together compute the bits GPT computes (docs/parallelism.md, "Pipeline
 // parallelism").
 #include <string>
+#include <string_view>
 
 #include "braid/nn/gpt.h"
 #include "gpt_internal.h"
 
 namespace braid::nn {
+namespace {
+
+// A child by name, looked up on every pass so that a swapped child (tensor parallelism,
+// Module::replace_module) is the one that runs.
+template <typename T>
+T& sub(const Module& m, std::string_view name) {
+  return dynamic_cast<T&>(*m.child(name));
+}
+
+}  // namespace
 
 GPTStage::GPTStage(const GPTConfig& cfg, GPTStageSpec spec)
     : Layer("GPTStage"), cfg_(cfg), spec_(spec) {
@@ -20,32 +31,33 @@ GPTStage::GPTStage(const GPTConfig& cfg, GPTStageSpec spec)
               "GPTStage: blocks [", spec.first_block, ", ", spec.end_block,
               ") without the embedding or the head hold nothing");
   auto transformer = register_module("transformer", std::make_shared<Module>("GPT2Model"));
+  transformer_ = transformer;
+  std::shared_ptr<Embedding> wte;
   if (spec.embedding) {
-    wte_ = transformer->register_module(
+    wte = transformer->register_module(
         "wte", std::make_shared<Embedding>(cfg.vocab_size, cfg.n_embd, cfg.dtype));
-    wpe_ = transformer->register_module(
+    transformer->register_module(
         "wpe", std::make_shared<Embedding>(cfg.n_positions, cfg.n_embd, cfg.dtype));
-    drop_ = transformer->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
+    transformer->register_module("drop", std::make_shared<Dropout>(cfg.embd_pdrop));
   }
   // A container without a forward (as GPT's ModuleList), its children named by their index in
   // the whole model, so the parameter names are GPT's.
-  auto h = transformer->register_module("h", std::make_shared<Module>("ModuleList"));
+  h_ = transformer->register_module("h", std::make_shared<Module>("ModuleList"));
   for (int64_t i = spec.first_block; i < spec.end_block; ++i) {
-    auto block = h->register_module(std::to_string(i), std::make_shared<Block>(cfg));
+    auto block = h_->register_module(std::to_string(i), std::make_shared<Block>(cfg));
     block->set_checkpointing(cfg.activation_checkpointing);
-    blocks_.push_back(block);
   }
   if (spec.head) {
-    ln_f_ = transformer->register_module(
+    transformer->register_module(
         "ln_f",
         std::make_shared<LayerNorm>(cfg.n_embd, cfg.layer_norm_epsilon, Bias::kYes, cfg.dtype));
     // As GPT: the head's own initial weight comes from a private generator and is dropped (tied)
     // or overwritten (the replica: init_weights, a state dict, or the pipeline's first sync).
     Generator unused(0);
-    lm_head_ = register_module("lm_head",
-                               std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
-                                                        WeightLayout::kOutIn, cfg.dtype, &unused));
-    if (spec.embedding) lm_head_->set_parameter("weight", wte_->weight());
+    auto lm_head = register_module(
+        "lm_head", std::make_shared<Linear>(cfg.n_embd, cfg.vocab_size, Bias::kNo,
+                                            WeightLayout::kOutIn, cfg.dtype, &unused));
+    if (spec.embedding) lm_head->set_parameter("weight", wte->weight());
   }
 }
 
@@ -53,7 +65,7 @@ Block& GPTStage::block(int64_t i) {
   BRAID_CHECK(i >= spec_.first_block && i < spec_.end_block, kOutOfRange, "GPTStage::block: index ",
               i, " is outside this stage's blocks [", spec_.first_block, ", ", spec_.end_block,
               ")");
-  return *blocks_[static_cast<size_t>(i - spec_.first_block)];
+  return dynamic_cast<Block&>(*h_->child(std::to_string(i)));
 }
 
 void GPTStage::init_weights(const Generator& gen) {
@@ -83,7 +95,9 @@ void GPTStage::init_weights(const Generator& gen) {
 Tensor GPTStage::forward_impl(const Tensor& x) {
   Tensor h;
   if (spec_.embedding) {
-    h = detail::gpt_embed_forward(cfg_, *wte_, *wpe_, *drop_, x, "GPTStage");
+    h = detail::gpt_embed_forward(cfg_, sub<Embedding>(*transformer_, "wte"),
+                                  sub<Embedding>(*transformer_, "wpe"),
+                                  sub<Dropout>(*transformer_, "drop"), x, "GPTStage");
   } else {
     BRAID_CHECK(x.defined() && x.dim() == 3 && x.size(2) == cfg_.n_embd, kInvalidArgument,
                 "GPTStage (blocks [", spec_.first_block, ", ", spec_.end_block,
@@ -91,20 +105,24 @@ Tensor GPTStage::forward_impl(const Tensor& x) {
                 x.defined() ? shape_str(x.shape()) : std::string("undefined"));
     h = x;
   }
-  for (auto& block : blocks_) h = block->forward(h);
+  for (int64_t i = spec_.first_block; i < spec_.end_block; ++i) h = block(i).forward(h);
   if (spec_.head) {
-    h = ln_f_->forward(h);
-    h = lm_head_->forward(h);
+    h = sub<Layer>(*transformer_, "ln_f").forward(h);
+    h = sub<Layer>(*this, "lm_head").forward(h);
   }
   return h;
 }
 
 Tensor GPTStage::backward_impl(const Tensor& grad_output) {
   Tensor g = grad_output;
-  if (spec_.head) g = ln_f_->backward(lm_head_->backward(g));
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) g = (*it)->backward(g);
+  if (spec_.head) {
+    g = sub<Layer>(*transformer_, "ln_f").backward(sub<Layer>(*this, "lm_head").backward(g));
+  }
+  for (int64_t i = spec_.end_block - 1; i >= spec_.first_block; --i) g = block(i).backward(g);
   if (!spec_.embedding) return g;
-  detail::gpt_embed_backward(*wte_, *wpe_, *drop_, g);
+  detail::gpt_embed_backward(sub<Embedding>(*transformer_, "wte"),
+                             sub<Embedding>(*transformer_, "wpe"),
+                             sub<Dropout>(*transformer_, "drop"), g);
   return {};
 }
 

@@ -50,7 +50,9 @@ struct Pipeline::Impl {
   int64_t S = 1, M = 1;
   std::vector<PipelineAction> actions;
   std::map<std::tuple<int, int, TrafficKind>, std::unique_ptr<PipelineChannel>> channels;
+  // The loss on the last stage: CrossEntropyLoss, or VocabParallelCrossEntropy with tp_group.
   std::unique_ptr<nn::CrossEntropyLoss> ce;
+  std::unique_ptr<VocabParallelCrossEntropy> vce;
 
   // Tied weight (docs/parallelism.md, "Tied weights").
   bool tied_active = false;
@@ -159,8 +161,14 @@ struct Pipeline::Impl {
     const Tensor y = run_forward(c, x);
     saved[key] = chunks[static_cast<size_t>(c)]->take_saved();
     if (a.stage == S - 1) {
-      loss_sum += ce->forward(y, labels[static_cast<size_t>(a.micro_batch)]).item();
-      saved_loss[key] = ce->take_saved();
+      const Tensor& target = labels[static_cast<size_t>(a.micro_batch)];
+      if (vce) {
+        loss_sum += vce->forward(y, target).item();
+        saved_loss[key] = vce->take_saved();
+      } else {
+        loss_sum += ce->forward(y, target).item();
+        saved_loss[key] = ce->take_saved();
+      }
     } else {
       outputs[key] = y;
     }
@@ -180,8 +188,13 @@ struct Pipeline::Impl {
     chunks[static_cast<size_t>(c)]->restore_saved(take(saved, key, "saved activations"));
     Tensor g;
     if (a.stage == S - 1) {
-      ce->restore_saved(take(saved_loss, key, "saved loss"));
-      g = ce->backward();
+      if (vce) {
+        vce->restore_saved(take(saved_loss, key, "saved loss"));
+        g = vce->backward();
+      } else {
+        ce->restore_saved(take(saved_loss, key, "saved loss"));
+        g = ce->backward();
+      }
     } else {
       g = take(out_grads, key, "received gradient");
     }
@@ -288,7 +301,8 @@ struct Pipeline::Impl {
 };
 
 Pipeline::Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_ptr<ProcessGroup> pp,
-                   PipelineOptions options, TiedWeight tied)
+                   PipelineOptions options, TiedWeight tied,
+                   std::vector<std::shared_ptr<const TensorParallelPlan>> tp_plans)
     : impl_(std::make_unique<Impl>()) {
   BRAID_CHECK(pp != nullptr && pp->rank() >= 0, kInvalidArgument,
               "Pipeline: this rank is not a member of the pp group");
@@ -313,6 +327,21 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_p
   I.M = shape_.micro_batches;
   I.actions = order_[static_cast<size_t>(I.self)];
   I.ce = std::make_unique<nn::CrossEntropyLoss>(I.opt.loss);
+  if (I.opt.tp_group) {
+    BRAID_CHECK(I.opt.tp_group->rank() >= 0, kInvalidArgument,
+                "Pipeline: this rank is not a member of tp_group");
+    BRAID_CHECK(tp_plans.empty() || static_cast<int64_t>(tp_plans.size()) == v, kInvalidArgument,
+                "Pipeline: ", tp_plans.size(), " tensor-parallel plans for ", v, " chunks");
+    I.vce = std::make_unique<VocabParallelCrossEntropy>(
+        I.opt.tp_group,
+        VocabParallelCrossEntropyOptions{.ignore_index = I.opt.loss.ignore_index,
+                                         .reduction = I.opt.loss.reduction,
+                                         .label_smoothing = I.opt.loss.label_smoothing,
+                                         .vocab_size = I.opt.vocab_size});
+  } else {
+    BRAID_CHECK(tp_plans.empty(), kInvalidArgument,
+                "Pipeline: tensor-parallel plans without PipelineOptions::tp_group");
+  }
   I.tied_active = I.S > 1 && !I.tied.first_module.empty() && !I.tied.last_module.empty();
   if (I.tied_active && I.self == I.rank_of(I.S - 1)) {
     I.replica = I.chunks[static_cast<size_t>(I.chunk_of(I.S - 1))]
@@ -326,6 +355,7 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_p
       if (I.tied_active && I.self + c * I.p == I.S - 1) {
         so.wrap.ignored_modules.push_back(I.tied.last_module);
       }
+      if (!tp_plans.empty()) so.tensor_parallel = tp_plans[static_cast<size_t>(c)];
       // A middle stage whose blocks are all wrapped leaves the root unit without parameters,
       // which ShardedModel does not take: say so instead of failing inside it.
       for (const Unit& u : make_units(*I.chunks[static_cast<size_t>(c)], so.wrap, 1)) {

@@ -1,5 +1,6 @@
-// parallelize_gpt (tensor_parallel.h): swaps the GPT's layers for parallel ones in place,
-// keeping every name, and slices each parameter's values (docs/parallelism.md, "The GPT").
+// parallelize_gpt and parallelize_gpt_stage (tensor_parallel.h): swap the GPT's (or a pipeline
+// stage's) layers for parallel ones in place, keeping every name, and slice each parameter's
+// values (docs/parallelism.md, "The GPT" and "TP x PP").
 #include <memory>
 #include <string>
 
@@ -28,24 +29,30 @@ std::shared_ptr<SequenceParallelLayerNorm> sequence_parallel_norm(
   return out;
 }
 
-}  // namespace
+// What parallelize_gpt and parallelize_gpt_stage split: blocks [first, end) of a module tree
+// with the GPT's names, and optionally its embedding and its head.
+struct GPTParts {
+  const char* who;
+  int64_t first_block = 0, end_block = 0;
+  bool embedding = false, head = false;
+};
 
-std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_ptr<ProcessGroup> tp,
-                                                    TensorParallelOptions options) {
-  BRAID_CHECK(tp != nullptr && tp->rank() >= 0, kInvalidArgument,
-              "parallelize_gpt: the tensor-parallel group is null or does not hold this rank");
-  const nn::GPTConfig& cfg = gpt.config();
+std::shared_ptr<TensorParallelPlan> parallelize_parts(nn::Module& root, const nn::GPTConfig& cfg,
+                                                      const GPTParts& parts_spec,
+                                                      std::shared_ptr<ProcessGroup> tp,
+                                                      const TensorParallelOptions& options) {
+  const char* who = parts_spec.who;
+  BRAID_CHECK(tp != nullptr && tp->rank() >= 0, kInvalidArgument, who,
+              ": the tensor-parallel group is null or does not hold this rank");
   const int parts = tp->size(), rank = tp->rank();
-  BRAID_CHECK(cfg.n_head % parts == 0, kInvalidArgument, "parallelize_gpt: n_head = ", cfg.n_head,
+  BRAID_CHECK(cfg.n_head % parts == 0, kInvalidArgument, who, ": n_head = ", cfg.n_head,
               " must be a multiple of the tensor-parallel size ", parts);
-  BRAID_CHECK(cfg.inner() % parts == 0, kInvalidArgument, "parallelize_gpt: the MLP's inner size ",
+  BRAID_CHECK(cfg.inner() % parts == 0, kInvalidArgument, who, ": the MLP's inner size ",
               cfg.inner(), " must be a multiple of the tensor-parallel size ", parts);
-  nn::Module& transformer = gpt.get_submodule("transformer");
-  BRAID_CHECK(dynamic_cast<VocabParallelEmbedding*>(transformer.child("wte").get()) == nullptr,
-              kInvalidArgument, "parallelize_gpt: the GPT is parallelized already");
+  nn::Module& transformer = root.get_submodule("transformer");
   const bool sp = options.sequence_parallel;
 
-  // A GPT built on the meta device: each module's parameters get their whole values just
+  // A model built on the meta device: each module's parameters get their whole values just
   // before they are sliced (one layer at a time is whole), computed by init_weights_range on a
   // meta reference with the global shapes (the parallel model's own shapes are local).
   std::shared_ptr<nn::GPT> reference;
@@ -56,9 +63,11 @@ std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_pt
   const auto materialize = [&](nn::Module& m, const std::string& path) {
     for (auto& [name, p] : m.named_parameters()) {
       if (!p.data().device().is_meta()) continue;
-      const std::string full = path + "." + name;
-      BRAID_CHECK(reference != nullptr, kInvalidArgument, "parallelize_gpt: '", full,
+      std::string full = path.empty() ? name : path + "." + name;
+      BRAID_CHECK(reference != nullptr, kInvalidArgument, who, ": '", full,
                   "' is on the meta device: give TensorParallelOptions::init");
+      // A pipeline stage's replica of the tied head takes wte's values.
+      if (full == "lm_head.weight") full = "transformer.wte.weight";
       Tensor values = Tensor::empty(p.data().shape(), DType::kF32);
       reference->init_weights_range(*options.init, full, 0, values.numel(), values.data<float>());
       p.data() = values.to(p.data().dtype());
@@ -66,8 +75,10 @@ std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_pt
   };
 
   const int64_t heads = cfg.n_head / parts;
-  for (int64_t i = 0; i < gpt.num_blocks(); ++i) {
-    nn::Block& block = gpt.block(i);
+  nn::Module* h =
+      parts_spec.end_block > parts_spec.first_block ? &transformer.get_submodule("h") : nullptr;
+  for (int64_t i = parts_spec.first_block; i < parts_spec.end_block; ++i) {
+    nn::Module& block = *h->child(std::to_string(i));
     const std::string path = "transformer.h." + std::to_string(i);
     materialize(block, path);
     auto& attn = child_as<nn::CausalSelfAttention>(block, "attn");
@@ -98,26 +109,63 @@ std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_pt
     }
   }
 
-  // The embedding and the tied head: rows of the padded vocabulary.
+  // The embedding and the head: rows of the padded vocabulary. Tied when both are here (the
+  // GPT, or a one-stage pipeline); otherwise the head's weight is the pipeline's replica of
+  // wte, split as wte is, so each tp rank's replica is its own rows of the first stage's wte.
   materialize(transformer, "transformer");
   const int64_t padded = pad_vocab_size(cfg.vocab_size, parts, options.vocab_divisible_by);
-  auto wte = VocabParallelEmbedding::from_embedding(child_as<nn::Embedding>(transformer, "wte"), tp,
-                                                    {.padded_num_embeddings = padded});
-  auto head = ColumnParallelLinear::from_linear(child_as<nn::Linear>(gpt, "lm_head"), tp,
-                                                {.sequence_parallel = sp, .padded_out = padded});
-  head->set_parameter("weight", wte->weight());  // tied, as in the GPT
-  transformer.replace_module("wte", wte);
-  gpt.replace_module("lm_head", head);
-  if (sp) {
-    // The embedding's sum is whole on every rank; the dropout after it keeps this rank's part
-    // of the sequence, and everything up to the head's gather works on parts.
-    transformer.replace_module("drop", std::make_shared<SequenceParallelDropout>(
-                                           child_as<nn::Dropout>(transformer, "drop").p(), tp,
-                                           /*scatter_input=*/true));
-    transformer.replace_module(
-        "ln_f", sequence_parallel_norm(child_as<nn::LayerNorm>(transformer, "ln_f"), cfg, tp));
+  std::shared_ptr<VocabParallelEmbedding> wte;
+  if (parts_spec.embedding) {
+    wte = VocabParallelEmbedding::from_embedding(child_as<nn::Embedding>(transformer, "wte"), tp,
+                                                 {.padded_num_embeddings = padded});
+    transformer.replace_module("wte", wte);
+    if (sp) {
+      // The embedding's sum is whole on every rank; the dropout after it keeps this rank's
+      // part of the sequence, and everything up to the head's gather works on parts.
+      transformer.replace_module("drop", std::make_shared<SequenceParallelDropout>(
+                                             child_as<nn::Dropout>(transformer, "drop").p(), tp,
+                                             /*scatter_input=*/true));
+    }
   }
-  return std::make_shared<TensorParallelPlan>(gpt, std::move(tp), sp);
+  if (parts_spec.head) {
+    materialize(root.get_submodule("lm_head"), "lm_head");
+    auto head = ColumnParallelLinear::from_linear(child_as<nn::Linear>(root, "lm_head"), tp,
+                                                  {.sequence_parallel = sp, .padded_out = padded});
+    if (wte) head->set_parameter("weight", wte->weight());  // tied, as in the GPT
+    root.replace_module("lm_head", head);
+    if (sp) {
+      transformer.replace_module(
+          "ln_f", sequence_parallel_norm(child_as<nn::LayerNorm>(transformer, "ln_f"), cfg, tp));
+    }
+  }
+  return std::make_shared<TensorParallelPlan>(root, std::move(tp), sp);
+}
+
+}  // namespace
+
+std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_ptr<ProcessGroup> tp,
+                                                    TensorParallelOptions options) {
+  BRAID_CHECK(dynamic_cast<VocabParallelEmbedding*>(
+                  gpt.get_submodule("transformer").child("wte").get()) == nullptr,
+              kInvalidArgument, "parallelize_gpt: the GPT is parallelized already");
+  return parallelize_parts(gpt, gpt.config(), {"parallelize_gpt", 0, gpt.num_blocks(), true, true},
+                           std::move(tp), options);
+}
+
+std::shared_ptr<TensorParallelPlan> parallelize_gpt_stage(nn::GPTStage& stage,
+                                                          std::shared_ptr<ProcessGroup> tp,
+                                                          TensorParallelOptions options) {
+  const nn::GPTStageSpec& spec = stage.spec();
+  bool parallel = false;
+  for (auto& [name, m] : stage.named_modules()) {
+    if (dynamic_cast<TensorParallelLayer*>(m) != nullptr) parallel = true;
+  }
+  BRAID_CHECK(!parallel, kInvalidArgument, "parallelize_gpt_stage: the stage (blocks [",
+              spec.first_block, ", ", spec.end_block, ")) is parallelized already");
+  return parallelize_parts(
+      stage, stage.config(),
+      {"parallelize_gpt_stage", spec.first_block, spec.end_block, spec.embedding, spec.head},
+      std::move(tp), options);
 }
 
 }  // namespace braid::shard

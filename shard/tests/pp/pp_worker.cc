@@ -5,7 +5,7 @@
 //   pp_worker train <gpipe|1f1b|interleaved|plain|fold> <pp> <M> <steps> <out>
 //             [--dp D] [--v V] [--zero Z] [--wrap transformer|none] [--tied per-mb|once]
 //             [--blocks a,b,...] [--bf16] [--checkpointing]
-//             [--layers-per-virtual-stage L] [--kill-rank R --kill-after F]
+//             [--layers-per-virtual-stage L] [--kill-rank R --kill-after F] [--tp T [--sp]]
 //   pp_worker compare <a> <b> <exact|TOL>
 //
 // World size = pp x dp, laid out as the mesh (dp, pp). Global batch: G = M x dp micro-batches
@@ -18,6 +18,10 @@
 // (TOL bounds max |a - b| / max |b| over the whole model).
 // --bf16: every forward and backward under bf16 autocast; --checkpointing: every block
 // recomputes its forward in backward (GPTConfig::activation_checkpointing).
+// --tp T: tensor parallelism inside each stage (world = dp x pp x tp, mesh (dp, pp, tp); the
+// stages split by parallelize_gpt_stage, the loss vocab-parallel; --sp: sequence parallelism);
+// each pp rank of dp replica 0 and tp rank 0 writes the stage's global tensors
+// (GPTPipeline::global_state_dict), compared with a tolerance: TP changes summation order.
 // --kill-rank R --kill-after F: world rank R SIGKILLs itself after F forwards of its first
 // chunk (mid-step); every rank then ignores the launcher's SIGTERM so the survivors report the
 // error they get (the launcher SIGKILLs them after its grace period).
@@ -74,7 +78,8 @@ amp::AutocastScope autocast() {
 
 struct Opts {
   std::string mode, out;
-  int64_t pp = 1, M = 1, steps = 1, dp = 1, v = 1, zero = 0, layers_per_virtual = 0;
+  int64_t pp = 1, M = 1, steps = 1, dp = 1, v = 1, zero = 0, layers_per_virtual = 0, tp = 1;
+  bool sp = false;
   std::string wrap = "transformer";  // the ShardedModels' policy: transformer (GPT2Block) | none
   shard::TiedGradSync tied = shard::TiedGradSync::kPerMicroBatch;
   std::vector<int64_t> blocks;
@@ -144,10 +149,12 @@ int fold(const Opts& o) {
 
 int pipelined(const Opts& o) {
   auto world = ProcessGroup::create({});
-  BRAID_CHECK(world->size() == o.pp * o.dp, kInvalidArgument, "pp_worker: world size ",
-              world->size(), " is not pp ", o.pp, " x dp ", o.dp);
+  BRAID_CHECK(world->size() == o.pp * o.dp * o.tp, kInvalidArgument, "pp_worker: world size ",
+              world->size(), " is not pp ", o.pp, " x dp ", o.dp, " x tp ", o.tp);
   if (o.kill_rank >= 0) std::signal(SIGTERM, SIG_IGN);
-  shard::DeviceMesh mesh(world, {o.dp, o.pp}, {"dp", "pp"});
+  shard::DeviceMesh mesh = o.tp > 1
+                               ? shard::DeviceMesh(world, {o.dp, o.pp, o.tp}, {"dp", "pp", "tp"})
+                               : shard::DeviceMesh(world, {o.dp, o.pp}, {"dp", "pp"});
   shard::PipelineOptions opt;
   opt.schedule = shard::parse_pipeline_schedule(o.mode);
   opt.num_micro_batches = o.M;
@@ -155,8 +162,14 @@ int pipelined(const Opts& o) {
   opt.num_layers_per_virtual_pipeline_stage = o.layers_per_virtual;
   opt.blocks_per_stage = o.blocks;
   opt.tied_grad_sync = o.tied;
+  if (o.tp > 1) {
+    opt.tp_group = mesh.group("tp");
+    opt.tensor_parallel.sequence_parallel = o.sp;
+  }
   if (o.dp > 1) {
     opt.dp_group = mesh.group("dp");
+    // Checkpoints of a TP-split chunk are written by the chunk's dp x tp ranks (not used here).
+    if (o.tp > 1) opt.sharding.checkpoint_group = mesh.flatten({"dp", "tp"}, "dp_tp");
     opt.sharding.stage = shard::zero_stage_from_int(o.zero);
     if (o.wrap == "transformer") {
       opt.sharding.wrap = {.kind = shard::WrapKind::kTransformerBased,
@@ -206,8 +219,9 @@ int pipelined(const Opts& o) {
                   loss.item() / static_cast<double>(o.dp));
     }
   }
-  const NamedTensors state = pipe.state_dict();  // collective over dp
-  if (r == 0) save(o.out + ".pp" + std::to_string(mesh.local_rank("pp")), state);
+  const NamedTensors state = pipe.global_state_dict();  // collective over dp and tp
+  const bool writer = r == 0 && (o.tp == 1 || mesh.local_rank("tp") == 0);
+  if (writer) save(o.out + ".pp" + std::to_string(mesh.local_rank("pp")), state);
   world->barrier();
   return 0;
 }
@@ -296,6 +310,10 @@ int run(int argc, char** argv) {
       BRAID_CHECK(t == "per-mb" || t == "once", kInvalidArgument, "--tied per-mb|once, got ", t);
       o.tied =
           t == "once" ? shard::TiedGradSync::kOncePerStep : shard::TiedGradSync::kPerMicroBatch;
+    } else if (a == "--tp" && has_value) {
+      o.tp = std::stoll(argv[++i]);
+    } else if (a == "--sp") {
+      o.sp = true;
     } else if (a == "--bf16") {
       g_bf16 = true;
     } else if (a == "--checkpointing") {

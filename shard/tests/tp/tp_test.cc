@@ -2,14 +2,21 @@
 // runs of local elements, even splits, vocabulary padding) and its errors; the layer checks of
 // tp_scenarios.h on 2 and 3 thread ranks; parallelize_gpt's requirements; a parallelized GPT's
 // logits and gradients against the whole model's on 2 thread ranks, with and without sequence
-// parallelism; construction on the meta device; the attention's dropout masks for a rank's
-// heads. Training, DP x TP and checkpoints run as processes: tp_worker / run_tp.sh.
+// parallelism; construction on the meta device; parallelize_gpt_stage (TP x PP) against
+// parallelize_gpt, and on the meta device; GPTPipeline with a tp group on one pp rank; the
+// attention's dropout masks for a rank's heads. Training, DP x TP and checkpoints run as processes:
+// tp_worker / run_tp.sh.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "braid/nn/gpt.h"
+#include "braid/shard/pipeline.h"
 #include "braid/shard/tensor_parallel.h"
+#include "braid/tensor/ops.h"
 #include "comm_test_util.h"
 #include "tp_scenarios.h"
 
@@ -235,6 +242,167 @@ TEST(ParallelizeGpt, MetaInitGivesTheSlicesOfAWholeInit) {
       }
       EXPECT_TRUE(equal(p.data(), expected)) << got[i].first;
     }
+  });
+}
+
+// TP x PP: a GPT cut into two GPTStages (the head's weight a replica of wte on the second),
+// each split by parallelize_gpt_stage, computes the TP GPT's logits and gradients (f64); the
+// replica's gradient plus the first stage's wte gradient is the tied weight's. Under sequence
+// parallelism the hidden state between the stages is this rank's T / tp positions.
+TEST(ParallelizeGptStage, TwoStagesMatchTheParallelizedGpt) {
+  for (bool sp : {false, true}) {
+    on_ranks(2, [sp](std::shared_ptr<ProcessGroup> tp) {
+      const nn::GPTConfig cfg = small_config();
+      Generator g1(3);
+      nn::GPT gpt(cfg);
+      gpt.init_weights(g1);
+      const NamedTensors whole_state = gpt.state_dict();
+      nn::GPTStage s0(cfg, {.first_block = 0, .end_block = 1, .embedding = true});
+      nn::GPTStage s1(cfg, {.first_block = 1, .end_block = 2, .head = true});
+      for (nn::GPTStage* st : {&s0, &s1}) {
+        NamedTensors part;
+        for (auto& [name, t] : whole_state) {
+          for (auto& [mine, u] : st->state_dict()) {
+            if (mine == name) part.emplace_back(name, t);
+          }
+        }
+        st->load_state_dict(part);
+      }
+      auto plan = parallelize_gpt(gpt, tp, {.sequence_parallel = sp});
+      auto p0 = parallelize_gpt_stage(s0, tp, {.sequence_parallel = sp});
+      auto p1 = parallelize_gpt_stage(s1, tp, {.sequence_parallel = sp});
+      EXPECT_EQ(p0->num_split(), 1u + 6u);  // wte and one block
+      EXPECT_EQ(p1->num_split(), 6u + 1u);  // one block and the head's replica
+      expect_error([&] { parallelize_gpt_stage(s1, tp); }, ErrorKind::kInvalidArgument,
+                   "parallelized already");
+      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+      Generator data(4);
+      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
+      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
+      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
+      const Tensor loss = vce.forward(gpt.forward(ids), labels);
+      gpt.backward(vce.backward());
+      const Tensor h = s0.forward(ids);
+      EXPECT_EQ(h.shape(), (Shape{2, sp ? 3 : 6, cfg.n_embd}));
+      const Tensor loss_pp = vce.forward(s1.forward(h), labels);
+      s0.backward(s1.backward(vce.backward()));
+      tp_testing::Failures f;
+      f.close("loss", loss_pp, loss, 0.0);
+      std::map<std::string, Tensor> grads;
+      for (nn::GPTStage* st : {&s0, &s1}) {
+        for (auto& [name, prm] : st->named_parameters()) grads[name] = prm.grad();
+      }
+      // The GPT adds the head's part, then the embedding's.
+      grads["transformer.wte.weight"] =
+          add(grads.at("lm_head.weight"), grads.at("transformer.wte.weight"));
+      for (auto& [name, prm] : gpt.named_parameters()) {
+        ASSERT_TRUE(grads.count(name)) << name;
+        f.close(name + " gradient", grads.at(name), prm.grad(), 0.0);
+      }
+      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+    });
+  }
+}
+
+// A stage built on the meta device and split with TensorParallelOptions::init holds the slices
+// of GPTStage::init_weights (the replica: wte's rows), bit for bit.
+TEST(ParallelizeGptStage, MetaInitGivesTheSlicesOfAWholeInit) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    nn::GPTConfig cfg = small_config();
+    cfg.dtype = DType::kF32;
+    const nn::GPTStageSpec spec{.first_block = 1, .end_block = 2, .head = true};
+    const Generator gen(5);
+    nn::GPTStage whole(cfg, spec);
+    whole.init_weights(gen);
+    std::shared_ptr<nn::GPTStage> stage;
+    {
+      nn::InitEmptyWeights empty;
+      stage = std::make_shared<nn::GPTStage>(cfg, spec);
+    }
+    auto plan = parallelize_gpt_stage(*stage, tp, {.sequence_parallel = true, .init = &gen});
+    const auto want = whole.named_parameters();
+    const auto got = stage->named_parameters();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      const nn::Parameter& p = got[i].second;
+      Tensor expected = want[i].second.data();
+      if (const TensorSlice* sl = plan->slice(p)) {
+        expected = tp_testing::local_of(expected, static_cast<int>(sl->dim), sl->segments,
+                                        p.data().size(static_cast<int>(sl->dim)));
+      }
+      EXPECT_TRUE(equal(p.data(), expected)) << got[i].first;
+    }
+  });
+}
+
+// GPTPipeline with tp_group on a one-rank pipeline of two chunks (local channels), on 2 tp
+// thread ranks: init_weights and load_state_dict give the slices of the whole GPT (read back
+// whole by global_state_dict), and a step gives the gradients of the TP GPT's gradient
+// accumulation, bit for bit (the head's gradient per micro-batch).
+TEST(ParallelizeGptStage, GPTPipelineMatchesTheParallelizedGpt) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    std::shared_ptr<ProcessGroup> pp;
+    for (int r = 0; r < tp->size(); ++r) {
+      auto g = tp->new_group({r});
+      if (r == tp->rank()) pp = g;
+    }
+    nn::GPTConfig cfg = small_config();
+    cfg.dtype = DType::kF32;
+    Generator g1(7);
+    nn::GPT gpt(cfg);
+    gpt.init_weights(g1);
+    const NamedTensors whole = gpt.state_dict();
+    PipelineOptions opt{.schedule = PipelineSchedule::kInterleaved1F1B,
+                        .num_micro_batches = 2,
+                        .virtual_stages = 2,
+                        .tied_grad_sync = TiedGradSync::kPerMicroBatch};
+    opt.tp_group = tp;
+    GPTPipeline pipe(cfg, pp, opt);
+    ASSERT_NE(pipe.plan(0), nullptr);
+    tp_testing::Failures f;
+    const auto check_whole = [&](const std::string& when) {
+      const NamedTensors got = pipe.global_state_dict();
+      EXPECT_EQ(got.size(), whole.size() - 1) << when;  // the replica left out
+      for (auto& [name, t] : got) {
+        for (auto& [wname, w] : whole) {
+          if (wname == name) f.close(when + ": " + name, t, w, 0.0);
+        }
+      }
+    };
+    pipe.init_weights(Generator(7));
+    check_whole("init_weights");
+    pipe.load_state_dict(whole);
+    check_whole("load_state_dict");
+
+    parallelize_gpt(gpt, tp);
+    VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
+    std::vector<Tensor> xs, ys;
+    double loss = 0;
+    for (int m = 0; m < 2; ++m) {
+      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+      Generator data(40 + static_cast<uint64_t>(m));
+      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
+      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
+      loss += vce.forward(gpt.forward(ids), labels).item();
+      gpt.backward(vce.backward());
+      xs.push_back(ids);
+      ys.push_back(labels);
+    }
+    for (auto& prm : gpt.parameters()) prm.grad() = scale(prm.grad(), 0.5);
+    const double loss_pp = pipe.step(xs, ys);
+    EXPECT_EQ(loss_pp, loss / 2);
+    std::map<std::string, Tensor> grads;
+    for (auto& stage : pipe.stages()) {
+      for (auto& [name, prm] : stage->named_parameters()) {
+        if (name != "lm_head.weight") grads[name] = prm.grad();
+      }
+    }
+    for (auto& [name, prm] : gpt.named_parameters()) {
+      if (name == "lm_head.weight") continue;  // tied: wte's
+      ASSERT_TRUE(grads.count(name)) << name;
+      f.close(name + " gradient", grads.at(name), prm.grad(), 0.0);
+    }
+    for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
   });
 }
 

@@ -166,7 +166,8 @@ struct GPTStageSpec {
 // exactly as inside GPT, so a stage computes the bits of its slice of GPT. The head's
 // weight: with the embedding on the same stage, wte's handle (tied, as GPT); otherwise
 // `lm_head.weight` is a replica of wte that the pipeline keeps equal to the first stage's
-// (docs/parallelism.md, "Tied weights"). Type name "GPTStage".
+// (docs/parallelism.md, "Tied weights"). Type name "GPTStage". Its layers are looked up by name
+// on every pass (as GPT's), so tensor parallelism (shard::parallelize_gpt_stage) can swap them.
 class GPTStage : public Layer {
  public:
   GPTStage(const GPTConfig& cfg, GPTStageSpec spec);
@@ -175,7 +176,8 @@ class GPTStage : public Layer {
 
   // The values GPT::init_weights(gen) gives these parameters (the replica: wte's), computed
   // per parameter by GPT::init_weights_range; `gen` (in the state init_weights would start
-  // from) is not advanced, nor is the default generator. f32 parameters only.
+  // from) is not advanced, nor is the default generator. f32 parameters of the whole
+  // (unparallelized) shapes only: initialize before tensor parallelism splits the stage.
   void init_weights(const Generator& gen);
 
   Block& block(int64_t i);  // a global block index in [first_block, end_block)
@@ -187,11 +189,7 @@ class GPTStage : public Layer {
  private:
   GPTConfig cfg_;
   GPTStageSpec spec_;
-  std::shared_ptr<Embedding> wte_, wpe_;
-  std::shared_ptr<Dropout> drop_;
-  std::vector<std::shared_ptr<Block>> blocks_;
-  std::shared_ptr<LayerNorm> ln_f_;
-  std::shared_ptr<Linear> lm_head_;
+  std::shared_ptr<Module> transformer_, h_;  // containers (never replaced)
 };
 
 // ---- Hugging Face folders (save_pretrained / from_pretrained) ----------------------------------

@@ -14,6 +14,9 @@
 //   double loss = pipe.step(ids, labels);             // M micro-batches: forward + backward
 //   adam.step();  adam.zero_grad();  pipe.after_step();
 //
+// Tensor parallelism inside the stages: a mesh (dp, pp, tp) and PipelineOptions::tp_group =
+// mesh.group("tp") (docs/parallelism.md, "TP x PP and DP x TP x PP").
+//
 // A schedule is data: pipeline_order() lists every rank's actions (0F0 = forward of stage 0 on
 // micro-batch 0, 1RECV_F0, 0SEND_F0, 1B0, ...), validate_pipeline_order() checks it, and one
 // runtime (Pipeline) executes any valid list.
@@ -21,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,6 +36,7 @@
 #include "braid/nn/loss.h"
 #include "braid/nn/module.h"
 #include "braid/shard/fsdp.h"
+#include "braid/shard/tensor_parallel.h"
 #include "braid/tensor/safetensors.h"
 
 namespace braid::shard {
@@ -179,6 +184,17 @@ struct PipelineOptions {
   // two dimensions of one mesh (mesh.group("pp"), mesh.group("dp")).
   std::shared_ptr<ProcessGroup> dp_group{};
   ShardingOptions sharding{};
+  // Tensor parallelism inside each stage (TP x PP, DP x TP x PP; docs/parallelism.md): the
+  // group of the ranks that split this rank's stages (mesh (dp, pp, tp): mesh.group("tp"),
+  // with mesh.group("pp") the pipeline's group, so activations travel between ranks of the
+  // same tp and dp coordinates); null: none. The last stage's loss is then a
+  // VocabParallelCrossEntropy over tp_group (with `loss`'s ignore_index, reduction and label
+  // smoothing, and vocab_size). GPTPipeline splits its stages with parallelize_gpt_stage
+  // and `tensor_parallel`; with dp_group each chunk's ShardedModel gets the chunk's plan as
+  // ShardingOptions::tensor_parallel (set sharding.checkpoint_group to the dp x tp group).
+  std::shared_ptr<ProcessGroup> tp_group{};
+  TensorParallelOptions tensor_parallel{};
+  int64_t vocab_size = 0;  // the true vocabulary for the vocab-parallel loss (GPTPipeline: cfg's)
 };
 
 // Busy and idle time of one rank in the last step (steady clock): total runs from entering
@@ -206,10 +222,13 @@ struct TiedWeight {
 // every rank constructs it with the same options, and every rank calls step() together.
 class Pipeline {
  public:
-  // chunks[c] is stage rank + c p: the first stage takes token ids, the last returns logits.
-  // `tied`: empty module names for none.
+  // chunks[c] is stage rank + c p: the first stage takes token ids, the last returns logits
+  // (with options.tp_group: this rank's vocabulary columns). `tied`: empty module names for
+  // none. `tp_plans`: with tp_group, chunk c's TensorParallelPlan (one per chunk, or empty),
+  // given to its ShardedModel with dp_group.
   Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_ptr<ProcessGroup> pp,
-           PipelineOptions options, TiedWeight tied = {});
+           PipelineOptions options, TiedWeight tied = {},
+           std::vector<std::shared_ptr<const TensorParallelPlan>> tp_plans = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -259,8 +278,13 @@ class GPTPipeline {
   // ShardedModel::load_full_state_dict.
   void init_weights(const Generator& gen);
   // Loads a whole GPT's state dict (GPT::state_dict() names): each stage takes its part, the
-  // replica takes lm_head.weight (= wte). Every rank passes the same values.
+  // replica takes lm_head.weight (= wte). Every rank passes the same values. With tp_group
+  // each rank keeps its slices of them.
   void load_state_dict(const NamedTensors& state);
+  // This rank's stages' parameters under the GPT's names as global (unsplit) tensors, the
+  // replica left out: state_dict() with every split parameter gathered over tp_group (padding
+  // dropped). Collective over dp_group and tp_group. Without tp_group: state_dict().
+  NamedTensors global_state_dict();
 
   double step(const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
     return pipeline_->step(ids, labels);
@@ -273,10 +297,19 @@ class GPTPipeline {
   const std::vector<nn::GPTStageSpec>& stage_specs() const { return specs_; }  // every stage
   std::vector<std::shared_ptr<nn::GPTStage>>& stages() { return stages_; }     // this rank's
   Pipeline& pipeline() { return *pipeline_; }
+  // With tp_group: chunk c's plan (parallelize_gpt_stage); null otherwise.
+  std::shared_ptr<const TensorParallelPlan> plan(int64_t c) const;
 
  private:
+  // A whole (unsplit) stage's values as this rank's state dict of that stage: `whole` is split
+  // in place with parallelize_gpt_stage when tp_group is set.
+  NamedTensors local_state(nn::GPTStage& whole) const;
   std::vector<nn::GPTStageSpec> specs_;
   std::vector<std::shared_ptr<nn::GPTStage>> stages_;
+  std::shared_ptr<ProcessGroup> tp_;
+  TensorParallelOptions tp_options_;
+  std::vector<std::shared_ptr<const TensorParallelPlan>> plans_;
+  std::vector<std::map<std::string, TensorSlice>> slices_;  // per chunk, by parameter name
   std::unique_ptr<Pipeline> pipeline_;
 };
 

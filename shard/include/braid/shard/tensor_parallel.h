@@ -1,8 +1,9 @@
 // Tensor parallelism (Megatron-LM's tensor_parallel; torch.distributed.tensor.parallel):
 // layers whose weights are split over the ranks of a tp group, each with its forward's and
 // backward's collectives written out; vocab-parallel cross-entropy; sequence parallelism;
-// parallelize_gpt; and the plan (every split parameter's place in its global tensor) that
-// sharded checkpoints and gradient clipping read (docs/parallelism.md, "Tensor parallelism").
+// parallelize_gpt (and parallelize_gpt_stage for pipeline stages); and the plan (every split
+// parameter's place in its global tensor) that sharded checkpoints and gradient clipping read
+// (docs/parallelism.md, "Tensor parallelism").
 //
 //   DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
 //   auto gpt = std::make_shared<nn::GPT>(cfg);
@@ -389,6 +390,19 @@ struct TensorParallelOptions {
 // GPT::init_weights / init_weights_range and generate() see local shapes: initialize before.
 std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_ptr<ProcessGroup> tp,
                                                     TensorParallelOptions options = {});
+
+// The same for one pipeline stage (TP x PP; shard/pipeline.h): its blocks split as above; on
+// the embedding stage wte becomes a VocabParallelEmbedding (and, with sequence_parallel, drop
+// a scattering SequenceParallelDropout); on the last stage ln_f (SP) and the head as above:
+// logits [B, T, V'] for VocabParallelCrossEntropy. The head is tied to wte's local rows when
+// the stage holds both; otherwise its weight (the pipeline's replica of wte) is split as wte
+// is, so tp rank r's replica is rank r's rows of the first stage's wte, which the pp group of
+// the ranks with tp index r exchanges. A stage's input and output are [B, T, d] (sequence
+// parallel: [B, T / tp, d], this rank's positions). With options.init the replica takes
+// wte's values. Requirements as parallelize_gpt's; every rank of tp calls it on the same stage.
+std::shared_ptr<TensorParallelPlan> parallelize_gpt_stage(nn::GPTStage& stage,
+                                                          std::shared_ptr<ProcessGroup> tp,
+                                                          TensorParallelOptions options = {});
 
 // ---- clipping ------------------------------------------------------------------------------
 
