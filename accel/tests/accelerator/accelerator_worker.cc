@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "braid/accel/accelerator.h"
+#include "braid/core/allocator.h"
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
 #include "braid/nn/data_text.h"
@@ -240,6 +241,35 @@ int misc(const std::string& dir) {
                             states.tensor().data<uint8_t>() + 24 * q, 24) == 0,
                 kInternal, "synchronize_rng_states: rank ", q, " differs");
   }
+  // set_seed: the same stream on every rank, or one per rank with device_specific.
+  const auto seeded_states = [&](bool device_specific) {
+    acc.set_seed(11, device_specific);
+    const auto st = default_generator(kCPU).get_state();
+    Tensor t = Tensor::empty({24}, DType::kU8);
+    std::copy(st.begin(), st.end(), t.data<uint8_t>());
+    return acc.gather(Tree(t)).tensor();
+  };
+  const Tensor same_seed = seeded_states(false), own_seed = seeded_states(true);
+  for (int q = 1; q < W; ++q) {
+    BRAID_CHECK(std::memcmp(same_seed.data<uint8_t>(), same_seed.data<uint8_t>() + 24 * q, 24) == 0,
+                kInternal, "set_seed: rank ", q, " differs");
+    BRAID_CHECK(std::memcmp(own_seed.data<uint8_t>(), own_seed.data<uint8_t>() + 24 * q, 24) != 0,
+                kInternal, "set_seed(device_specific): rank ", q, " has rank 0's stream");
+  }
+  // broadcast: rank 1's values everywhere; on_local_main_process: one rank per node.
+  Tree from1 = acc.broadcast(Tree(Tensor::full({3}, double(r), DType::kF32)), W - 1);
+  BRAID_CHECK(from1.tensor().data<float>()[2] == float(W - 1), kInternal, "broadcast");
+  int local_main_calls = 0;
+  acc.on_local_main_process([&] { ++local_main_calls; });
+  Tree calls = acc.reduce(Tree(Tensor::full({1}, double(local_main_calls), DType::kF64)), "sum");
+  BRAID_CHECK(calls.tensor().item() == 1.0, kInternal, "on_local_main_process ran on ",
+              calls.tensor().item(), " ranks of one node");
+  // free_memory: the allocator's cache goes back to the OS (a freed 4 MiB block is cached).
+  { Tensor big = Tensor::empty({1 << 20}, DType::kF32); }
+  const size_t cached = get_allocator(kCPU).stats().reserved_bytes;
+  acc.free_memory();
+  BRAID_CHECK(get_allocator(kCPU).stats().reserved_bytes + (size_t{4} << 20) <= cached, kInternal,
+              "free_memory left the cached 4 MiB block");
   // Trackers: files on the main process only.
   acc.init_trackers("run", accel::HParams{{"lr", 0.5}});
   acc.log({{"loss", 1.5}}, 0);
@@ -269,6 +299,7 @@ int misc(const std::string& dir) {
     BRAID_CHECK(amax(abs(p.grad())).item() <= 1e-3 + 1e-9, kInternal, "clip_grad_value_");
   }
   acc.step(opt);
+  BRAID_CHECK(&acc.unwrap_model(*model) == gpt.get(), kInternal, "unwrap_model");
   const auto saved = acc.save_state(std::filesystem::path(dir) / "state");
   counter = 0;
   acc.load_state(saved);
