@@ -113,8 +113,7 @@ void Accelerator::prepare_optimizer(nn::Optimizer& optimizer) {
   BRAID_CHECK(optimizer_ == nullptr || optimizer_ == &optimizer, kInvalidArgument,
               "Accelerator::prepare_optimizer: one optimizer per Accelerator");
   if (plan_.offload_optimizer.device != nn::OffloadDevice::kNone) {
-    nn::OffloadConfig offload = plan_.offload_optimizer;
-    optimizer.set_offload(offload);
+    optimizer.set_offload(plan_.offload_optimizer);
   }
   optimizer_ = &optimizer;
 }
