@@ -13,8 +13,11 @@
 // whatever the number of ranks), micro_batch_size (4 per rank), context (64), n_layer (2),
 // n_embd (64), n_head (4), lr (3e-3), warmup_steps (max_steps / 10), log_every (10),
 // save_every (100), sample_tokens (160), resume (false), max_final_loss (ln 256 - 1.5),
-// stop_after (0: never; else save_state after that step and end, as an interrupted job).
-// gradient_accumulation_steps follows from global_batch_size / (micro_batch_size x ranks).
+// stop_after (0: never; else save_state after that step and end, as an interrupted job),
+// tp_degree and pp_degree (1: megatron_lm_config's degrees; above 1 the ranks form a
+// (dp, pp, tp) mesh: the GPT is split over tp and cut into pp pipeline stages, 1F1B).
+// gradient_accumulation_steps follows from global_batch_size / (micro_batch_size x dp ranks);
+// with pp_degree > 1 they are the pipeline's micro-batches of one step.
 //
 // On the main process: a progress line every log_every steps (step, loss, tokens/s, ETA), a
 // held-out loss, a generated sample, <output_dir>/loss_curve.svg, TensorBoard and JSONL logs
@@ -60,7 +63,9 @@ const std::vector<std::string> kOwnKeys = {"data",
                                            "sample_tokens",
                                            "resume",
                                            "max_final_loss",
-                                           "stop_after"};
+                                           "stop_after",
+                                           "tp_degree",
+                                           "pp_degree"};
 
 // Training windows [begin, end) of the corpus (the rest is held out).
 class Subset : public nn::Dataset {
@@ -149,14 +154,26 @@ int run(int argc, char** argv) {
   BRAID_CHECK(max_steps >= 1 && micro >= 1 && global_batch >= 1, kInvalidArgument,
               "accelerate_gpt: max_steps, micro_batch_size and global_batch_size must be >= 1");
 
+  // --tp_degree / --pp_degree: the model-parallel degrees of megatron_lm_config, which apply
+  // under any distributed_type (the data-parallel ranks are sharded by its plugin).
+  const int64_t tp = accel::extra_int(cfg, "tp_degree", 1),
+                pp = accel::extra_int(cfg, "pp_degree", 1);
+  if (tp > 1 || pp > 1) {
+    if (!cfg.megatron_lm_plugin) cfg.megatron_lm_plugin = accel::MegatronLMPlugin{};
+    cfg.megatron_lm_plugin->tp_degree = tp;
+    cfg.megatron_lm_plugin->pp_degree = pp;
+  }
   // The ranks come from the launcher; the global batch stays the same for any number of
   // them: accumulation makes up the difference.
   auto world = ProcessGroup::create({});
   const int64_t W = world->size();
-  BRAID_CHECK(global_batch % (micro * W) == 0, kInvalidArgument,
+  BRAID_CHECK(tp >= 1 && pp >= 1 && W % (tp * pp) == 0, kInvalidArgument, "accelerate_gpt: ", W,
+              " ranks are not a multiple of tp_degree x pp_degree = ", tp, " x ", pp);
+  const int64_t dp = W / (tp * pp);
+  BRAID_CHECK(global_batch % (micro * dp) == 0, kInvalidArgument,
               "accelerate_gpt: global_batch_size ", global_batch,
-              " is not a multiple of micro_batch_size x ranks = ", micro, " x ", W);
-  cfg.gradient_accumulation_steps = global_batch / (micro * W);
+              " is not a multiple of micro_batch_size x data-parallel ranks = ", micro, " x ", dp);
+  cfg.gradient_accumulation_steps = global_batch / (micro * dp);
   cfg.gradient_accumulation_plugin.reset();
   if (cfg.project_config.project_dir.empty()) cfg.project_config.project_dir = out;
   if (cfg.project_config.logging_dir.empty()) cfg.project_config.logging_dir = out / "logs";
@@ -175,22 +192,33 @@ int run(int argc, char** argv) {
   gcfg.n_layer = accel::extra_int(cfg, "n_layer", 2);
   gcfg.n_head = accel::extra_int(cfg, "n_head", 4);
   gcfg.embd_pdrop = gcfg.attn_pdrop = gcfg.resid_pdrop = 0.0;
+  // The same whole initialization on every rank; prepare_model / prepare_pipeline keep each
+  // rank's part of it.
   auto gpt = std::make_shared<nn::GPT>(gcfg);
   Generator init_gen(seed);
   gpt->init_weights(init_gen);
   const int64_t n_params = gpt->num_parameters();
-  auto model = acc.prepare_model(gpt);
-  acc.print("accelerate_gpt: " + std::to_string(W) + " rank(s), " +
+  std::shared_ptr<shard::ShardedModel> model;
+  std::shared_ptr<shard::GPTPipeline> pipe;
+  if (pp > 1) {
+    pipe = acc.prepare_pipeline(*gpt);
+  } else {
+    model = acc.prepare_model(gpt);
+  }
+  acc.print("accelerate_gpt: " + std::to_string(W) + " rank(s) (dp " + std::to_string(dp) +
+            ", pp " + std::to_string(pp) + ", tp " + std::to_string(tp) + "), " +
             std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
             std::to_string(static_cast<int>(acc.sharding_plan().options.stage)) +
             ", mixed precision " + std::string(amp::precision_type_name(acc.mixed_precision())) +
             ", " + std::to_string(n_params) + " parameters, corpus " +
             std::to_string(text->bytes().size()) + " bytes, global batch " +
             std::to_string(global_batch) + " x " + std::to_string(context) + " tokens (" +
-            std::to_string(micro) + " per rank x " + std::to_string(W) + " ranks x " +
-            std::to_string(acc.gradient_accumulation_steps()) + " accumulation steps)");
+            std::to_string(micro) + " per rank x " + std::to_string(dp) + " dp ranks x " +
+            std::to_string(acc.gradient_accumulation_steps()) +
+            (pp > 1 ? " pipeline micro-batches)" : " accumulation steps)"));
 
-  nn::AdamW opt(model->optimizer_parameters(), {.lr = lr, .weight_decay = 0.1, .beta2 = 0.95});
+  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(),
+                {.lr = lr, .weight_decay = 0.1, .beta2 = 0.95});
   acc.prepare_optimizer(opt);
   // scheduler_step advances the schedule num_processes times per optimizer step (Accelerate's
   // AcceleratedScheduler without split_batches): the schedule is given in steps x processes,
@@ -224,7 +252,8 @@ int run(int argc, char** argv) {
                                                      {"max_steps", double(max_steps)},
                                                      {"global_batch_size", double(global_batch)}});
 
-  nn::CrossEntropyLoss ce;
+  accel::CrossEntropy ce = acc.cross_entropy();   // vocab-parallel under tp_degree > 1
+  std::vector<Tensor> window_ids, window_labels;  // a pipeline step's micro-batches
   std::vector<double> curve;
   const int64_t first_step = step + 1;
   double window_loss = 0, last_loss = 0, ema = -1;
@@ -235,16 +264,31 @@ int run(int argc, char** argv) {
     nn::DataLoader skipped = acc.skip_first_batches(train, skip);
     nn::DataLoader& data = skip > 0 ? skipped : train;
     skip = 0;
+    window_ids.clear();
+    window_labels.clear();
     for (const Tree& batch : data) {
-      auto accumulate = acc.accumulate(data);
-      {
-        auto autocast = acc.autocast();
-        Tensor logits = model->forward(batch.at("input_ids").tensor());
-        window_loss += ce.forward(logits, batch.at("labels").tensor()).item();
-        acc.backward(*model, ce.backward());
+      if (pipe) {
+        // A pipeline step runs the window's micro-batches together (Megatron's train step);
+        // a partial window at the end of the pass is dropped.
+        window_ids.push_back(batch.at("input_ids").tensor());
+        window_labels.push_back(batch.at("labels").tensor());
+        if (static_cast<int64_t>(window_ids.size()) < acc.gradient_accumulation_steps()) continue;
+        window_loss = acc.pipeline_step(*pipe, window_ids, window_labels, &data) *
+                      double(acc.gradient_accumulation_steps());
+        window_ids.clear();
+        window_labels.clear();
+        acc.clip_grad_norm_(*pipe, 1.0);
+      } else {
+        {
+          auto accumulate = acc.accumulate(data);
+          auto autocast = acc.autocast();
+          Tensor logits = model->forward(batch.at("input_ids").tensor());
+          window_loss += ce.forward(logits, batch.at("labels").tensor()).item();
+          acc.backward(*model, ce.backward());
+        }
+        if (!acc.sync_gradients()) continue;
+        acc.clip_grad_norm_(*model, 1.0);
       }
-      if (!acc.sync_gradients()) continue;
-      acc.clip_grad_norm_(*model, 1.0);
       acc.step(opt);
       acc.scheduler_step(sched);
       acc.zero_grad(opt);
@@ -287,34 +331,43 @@ int run(int argc, char** argv) {
     if (step < max_steps) ++epoch;
   }
 
-  // Held-out loss (every rank runs it: ZeRO-3 gathers units collectively).
+  // The trained model whole on every rank (Accelerate's get_state_dict: shards gathered, tp
+  // slices joined, pipeline stages from their ranks) for the held-out loss and the sample.
+  const NamedTensors trained = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+  auto whole = std::make_shared<nn::GPT>(gcfg);
+  whole->load_state_dict(trained, /*strict=*/false);
+  nn::CrossEntropyLoss eval_ce;
   double eval_loss = 0;
   {
     nn::NoGradGuard no_grad;
-    gpt->eval();
+    whole->eval();
     const int64_t eval_batches = std::min<int64_t>(8, n_eval);
     for (int64_t i = 0; i < eval_batches; ++i) {
       std::vector<Tree> samples{text->get(n - n_eval + i * (n_eval / eval_batches))};
       Tree batch = nn::default_collate(samples);
       auto autocast = acc.autocast();
-      Tensor logits = model->forward(batch.at("input_ids").tensor());
-      eval_loss += ce.forward(logits, batch.at("labels").tensor()).item() / double(eval_batches);
+      Tensor logits = whole->forward(batch.at("input_ids").tensor());
+      eval_loss +=
+          eval_ce.forward(logits, batch.at("labels").tensor()).item() / double(eval_batches);
     }
   }
   acc.print("held-out loss " + std::to_string(eval_loss) +
             " (a uniform guess: " + std::to_string(std::log(256.0)) + ")");
   {
-    // A sample, the same on every rank (same seed; the forwards gather collectively).
+    // A sample, the same on every rank (same seed, same whole model).
     nn::NoGradGuard no_grad;
     Generator sample_gen(seed + 2);
     Tensor prompt = text->get(n - n_eval).at("input_ids").tensor().narrow(0, 0, 16).unsqueeze(0);
     Tensor sample =
-        gpt->generate(prompt, accel::extra_int(cfg, "sample_tokens", 160), 0.8, 20, sample_gen);
+        whole->generate(prompt, accel::extra_int(cfg, "sample_tokens", 160), 0.8, 20, sample_gen);
     acc.print("---- sample (prompt: \"" + printable(prompt) + "\") ----\n" + printable(sample) +
               "\n----");
-    gpt->train();
   }
-  acc.save_model(*model, out);
+  if (pipe) {
+    acc.save_model(*pipe, out);
+  } else {
+    acc.save_model(*model, out);
+  }
   acc.on_main_process([&] {
     AtomicFile f(out / "config.json");
     f.write(gcfg.to_hf_json());

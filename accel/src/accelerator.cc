@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -61,6 +62,19 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
     pg = ProcessGroup::create(o);
   }
   pg_ = std::move(pg);
+  const int64_t mp = plan_.tp_degree * plan_.pp_degree;
+  if (mp > 1) {
+    BRAID_CHECK(pg_->size() % mp == 0, kInvalidArgument, "Accelerator: ", pg_->size(),
+                " processes are not a multiple of tp_degree x pp_degree = ", plan_.tp_degree, " x ",
+                plan_.pp_degree);
+    // tp innermost (neighbouring ranks), as Megatron places it; then pp, then dp.
+    mesh_ = std::make_shared<shard::DeviceMesh>(
+        pg_, std::vector<int64_t>{pg_->size() / mp, plan_.pp_degree, plan_.tp_degree},
+        std::vector<std::string>{"dp", "pp", "tp"});
+    dp_ = mesh_->group("dp");
+  } else {
+    dp_ = pg_;
+  }
   distributed_type_ = config_.distributed_type;
   if (distributed_type_ == DistributedType::kNo && pg_->size() > 1) {
     distributed_type_ = DistributedType::kMultiCpu;
@@ -94,19 +108,107 @@ std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
     std::shared_ptr<nn::Layer> model,
     std::function<void(const std::string&, int64_t, int64_t, float*)> param_init) {
   BRAID_CHECK(model != nullptr, kInvalidArgument, "Accelerator::prepare_model: no model");
+  BRAID_CHECK(plan_.pp_degree == 1, kInvalidArgument, "Accelerator::prepare_model: pp_degree ",
+              plan_.pp_degree, " cuts the model into pipeline stages: use prepare_pipeline");
+  BRAID_CHECK(pipeline_ == nullptr, kInvalidArgument,
+              "Accelerator::prepare_model: a pipeline is already prepared");
   shard::ShardingOptions options = plan_.options;
   if (param_init) options.param_init = std::move(param_init);
+  if (plan_.tp_degree > 1) {
+    auto gpt = std::dynamic_pointer_cast<nn::GPT>(model);
+    BRAID_CHECK(gpt != nullptr, kNotSupported, "Accelerator::prepare_model: tp_degree ",
+                plan_.tp_degree,
+                " splits the layers of an nn::GPT (shard::parallelize_gpt); this model is not one");
+    BRAID_CHECK(!options.param_init, kNotSupported,
+                "Accelerator::prepare_model: a model on the meta device (param_init) with "
+                "tp_degree > 1; initialize it whole, then prepare it");
+    vocab_size_ = gpt->config().vocab_size;
+    options.tensor_parallel = shard::parallelize_gpt(
+        *gpt, mesh_->group("tp"), {.sequence_parallel = plan_.sequence_parallel});
+    options.checkpoint_group = pg_;  // every rank of the mesh writes its pieces
+  }
   if (plan_.activation_checkpointing) {
     // FSDP's activation_checkpointing: every wrapped unit (not the root) recomputes its forward.
     const int shard_world =
-        options.shard_group_size > 0 ? static_cast<int>(options.shard_group_size) : pg_->size();
+        options.shard_group_size > 0 ? static_cast<int>(options.shard_group_size) : dp_->size();
     for (auto& u : shard::make_units(*model, options.wrap, shard_world)) {
       if (u.layer != model.get()) u.layer->set_checkpointing(true);
     }
   }
-  auto sm = std::make_shared<shard::ShardedModel>(std::move(model), pg_, options);
+  auto sm = std::make_shared<shard::ShardedModel>(std::move(model), dp_, options);
   models_.push_back(sm);
   return sm;
+}
+
+std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(const nn::GPT& gpt) {
+  BRAID_CHECK(models_.empty() && pipeline_ == nullptr, kInvalidArgument,
+              "Accelerator::prepare_pipeline: one model (or pipeline) per Accelerator here");
+  BRAID_CHECK(config_.mixed_precision != amp::PrecisionType::kFp16, kNotSupported,
+              "Accelerator::prepare_pipeline: mixed_precision fp16 (loss scaling inside the "
+              "pipeline's schedule) is not built; use bf16");
+  const int64_t M = plan_.num_micro_batches > 0 ? plan_.num_micro_batches : accumulation_.num_steps;
+  BRAID_CHECK(plan_.num_micro_batches <= 0 || accumulation_.num_steps == 1 ||
+                  accumulation_.num_steps == plan_.num_micro_batches,
+              kInvalidArgument, "Accelerator::prepare_pipeline: megatron_lm_num_micro_batches ",
+              plan_.num_micro_batches, " and gradient accumulation steps ", accumulation_.num_steps,
+              " disagree; a pipeline step runs the micro-batches of one window: give one");
+  // A one-stage pipeline without a mesh: pp and tp are one-rank groups of this process.
+  std::shared_ptr<ProcessGroup> pp, tp;
+  if (mesh_) {
+    pp = mesh_->group("pp");
+    if (plan_.tp_degree > 1) tp = mesh_->group("tp");
+  } else {
+    BRAID_CHECK(pg_->size() == 1, kInvalidArgument,
+                "Accelerator::prepare_pipeline: pp_degree is 1 on ", pg_->size(),
+                " processes; set megatron_lm_config.megatron_lm_pp_degree");
+    pp = pg_;
+  }
+  nn::GPTConfig cfg = gpt.config();
+  if (plan_.activation_checkpointing) cfg.activation_checkpointing = true;
+  shard::PipelineOptions o;
+  o.schedule = shard::PipelineSchedule::k1F1B;
+  o.num_micro_batches = M;
+  o.dp_group = dp_;
+  o.sharding = plan_.options;
+  o.sharding.checkpoint_group = pg_;  // every stage's ranks write into one folder
+  o.tp_group = tp;
+  o.tensor_parallel.sequence_parallel = plan_.sequence_parallel && tp != nullptr;
+  if (o.sharding.wrap.kind == shard::WrapKind::kTransformerBased) {
+    // A stage whose blocks are all wrapped leaves its root unit empty (Pipeline refuses it):
+    // each stage is one unit.
+    o.sharding.wrap.kind = shard::WrapKind::kNoWrap;
+  }
+  pipeline_ = std::make_shared<shard::GPTPipeline>(cfg, pp, o);
+  pipeline_->load_state_dict(const_cast<nn::GPT&>(gpt).state_dict());
+  vocab_size_ = cfg.vocab_size;
+  return pipeline_;
+}
+
+CrossEntropy Accelerator::cross_entropy(nn::CrossEntropyOptions options) const {
+  if (plan_.tp_degree > 1 && mesh_) return CrossEntropy(options, mesh_->group("tp"), vocab_size_);
+  return CrossEntropy(options);
+}
+
+CrossEntropy::CrossEntropy(nn::CrossEntropyOptions options, std::shared_ptr<ProcessGroup> tp,
+                           int64_t vocab_size) {
+  if (tp) {
+    parallel_ = std::make_unique<shard::VocabParallelCrossEntropy>(
+        std::move(tp),
+        shard::VocabParallelCrossEntropyOptions{.ignore_index = options.ignore_index,
+                                                .reduction = options.reduction,
+                                                .label_smoothing = options.label_smoothing,
+                                                .vocab_size = vocab_size});
+  } else {
+    plain_ = std::make_unique<nn::CrossEntropyLoss>(options);
+  }
+}
+
+Tensor CrossEntropy::forward(const Tensor& logits, const Tensor& targets) {
+  return parallel_ ? parallel_->forward(logits, targets) : plain_->forward(logits, targets);
+}
+
+Tensor CrossEntropy::backward(const Tensor& grad_loss) {
+  return parallel_ ? parallel_->backward(grad_loss) : plain_->backward(grad_loss);
 }
 
 void Accelerator::prepare_optimizer(nn::Optimizer& optimizer) {
@@ -123,7 +225,7 @@ void Accelerator::prepare_scheduler(nn::LRScheduler& scheduler) {
 }
 
 nn::DataLoader Accelerator::prepare_data_loader(const nn::DataLoader& loader) {
-  return nn::prepare_data_loader(loader, *pg_, config_.dataloader_config, device());
+  return nn::prepare_data_loader(loader, *dp_, config_.dataloader_config, device());
 }
 
 // ---- a training step ---------------------------------------------------------------------
@@ -152,20 +254,23 @@ Accelerator::AccumulateScope::~AccumulateScope() {
 Accelerator::AccumulateScope::AccumulateScope(AccumulateScope&& other) noexcept
     : acc_(std::exchange(other.acc_, nullptr)) {}
 
+bool Accelerator::advance_loader(const nn::DataLoader* loader) {
+  if (loader == nullptr) return false;
+  auto it = std::find_if(loaders_.begin(), loaders_.end(),
+                         [&](const LoaderPosition& p) { return p.loader == loader; });
+  if (it == loaders_.end()) {
+    loaders_.push_back({loader, 0});
+    it = loaders_.end() - 1;
+  }
+  ++it->batches;
+  const bool at_end = loader->end_of_dataloader();
+  if (at_end) it->batches = 0;  // the next batch starts an epoch
+  return at_end;
+}
+
 void Accelerator::begin_micro_batch(const nn::DataLoader* loader) {
   in_accumulate_ = true;
-  bool at_end = false;
-  if (loader != nullptr) {
-    auto it = std::find_if(loaders_.begin(), loaders_.end(),
-                           [&](const LoaderPosition& p) { return p.loader == loader; });
-    if (it == loaders_.end()) {
-      loaders_.push_back({loader, 0});
-      it = loaders_.end() - 1;
-    }
-    ++it->batches;
-    at_end = loader->end_of_dataloader();
-    if (at_end) it->batches = 0;  // the next batch starts an epoch
-  }
+  const bool at_end = advance_loader(loader);
   ++micro_in_window_;
   sync_gradients_ =
       micro_in_window_ >= accumulation_.num_steps || (accumulation_.sync_with_dataloader && at_end);
@@ -211,11 +316,10 @@ void Accelerator::finish_gradients(shard::ShardedModel& model) {
               "Accelerator: gradients are finished at the end of an accumulation window only "
               "(sync_gradients() is false)");
   const int64_t micro = in_accumulate_ ? micro_in_window_ : std::max<int64_t>(window_size_, 1);
-  model.finish_gradients(1.0 / (static_cast<double>(micro) * num_processes()));
+  const double scale = 1.0 / (static_cast<double>(micro) * data_parallel_size());
+  model.finish_gradients(scale);
   for (auto& m : models_) {
-    if (m.get() != &model) {
-      m->finish_gradients(1.0 / (static_cast<double>(micro) * num_processes()));
-    }
+    if (m.get() != &model) m->finish_gradients(scale);
   }
   if (scaler_ && scaler_->is_enabled() && optimizer_ != nullptr) scaler_->unscale_(*optimizer_);
   finished_ = true;
@@ -241,9 +345,41 @@ void Accelerator::clip_grad_value_(shard::ShardedModel& model, double clip_value
   }
 }
 
+double Accelerator::pipeline_step(shard::GPTPipeline& pipeline, const std::vector<Tensor>& ids,
+                                  const std::vector<Tensor>& labels, const nn::DataLoader* loader) {
+  BRAID_CHECK(&pipeline == pipeline_.get(), kInvalidArgument,
+              "Accelerator::pipeline_step: the pipeline was not prepared by this Accelerator");
+  BRAID_CHECK(!in_accumulate_, kInvalidArgument,
+              "Accelerator::pipeline_step: a pipeline step is a whole window; call it outside "
+              "accumulate()");
+  double loss = 0;
+  {
+    auto scope = autocast();
+    loss = pipeline.step(ids, labels);  // finishes the gradients: 1 / (M x dp)
+  }
+  for (size_t m = 0; m < ids.size(); ++m) advance_loader(loader);
+  micro_in_window_ = 0;
+  window_size_ = static_cast<int64_t>(ids.size());
+  sync_gradients_ = true;
+  finished_ = true;
+  return loss;
+}
+
+double Accelerator::clip_grad_norm_(shard::GPTPipeline& pipeline, double max_norm) {
+  BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::clip_grad_norm_: run pipeline_step first");
+  return pipeline.pipeline().clip_grad_norm_(max_norm);
+}
+
 bool Accelerator::step(nn::Optimizer& optimizer) {
   step_was_skipped_ = false;
   if (!sync_gradients_) return false;
+  if (pipeline_) {
+    BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::step: run pipeline_step first");
+    optimizer.step();
+    pipeline_->after_step();
+    finished_ = false;
+    return true;
+  }
   BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
   finish_gradients(*models_.front());
   bool stepped = true;
@@ -276,11 +412,11 @@ void Accelerator::zero_grad(nn::Optimizer& optimizer) {
 // ---- data across processes ------------------------------------------------------------------
 
 Tree Accelerator::gather(const Tree& data) {
-  return braid::gather(*pg_, data);
+  return braid::gather(*dp_, data);
 }
 
 Tree Accelerator::gather_for_metrics(const Tree& data, const nn::DataLoader& loader) {
-  Tree all = braid::gather(*pg_, data);
+  Tree all = braid::gather(*dp_, data);
   if (!loader.end_of_dataloader()) return all;
   const int64_t remainder = loader.remainder();
   if (remainder <= 0) return all;
@@ -288,12 +424,12 @@ Tree Accelerator::gather_for_metrics(const Tree& data, const nn::DataLoader& loa
 }
 
 Tree Accelerator::reduce(const Tree& data, std::string_view reduction) {
-  return braid::reduce(*pg_, data, reduction);
+  return braid::reduce(*dp_, data, reduction);
 }
 
 Tree Accelerator::pad_across_processes(const Tree& data, int dim, double pad_index,
                                        bool pad_first) {
-  return braid::pad_across_processes(*pg_, data, dim, pad_index, pad_first);
+  return braid::pad_across_processes(*dp_, data, dim, pad_index, pad_first);
 }
 
 Tree Accelerator::broadcast(const Tree& data, int from_process) {
@@ -356,21 +492,34 @@ std::filesystem::path Accelerator::checkpoint_folder(bool for_load) const {
   return root / ("checkpoint_" + std::to_string(best));
 }
 
+std::vector<shard::ShardedModel*> Accelerator::checkpointed_models(const char* what) const {
+  std::vector<shard::ShardedModel*> out;
+  if (pipeline_) {
+    out.push_back(pipeline_->pipeline().sharded(0));  // one chunk per rank (1F1B)
+  } else {
+    for (auto& m : models_) out.push_back(m.get());
+  }
+  BRAID_CHECK(!out.empty(), kInvalidArgument, "Accelerator::", what, ": prepare a model first");
+  return out;
+}
+
 std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) {
-  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::save_state: prepare a model first");
+  const std::vector<shard::ShardedModel*> models = checkpointed_models("save_state");
   const bool automatic = dir.empty();
   const std::filesystem::path folder = automatic ? checkpoint_folder(false) : dir;
   if (is_main_process()) std::filesystem::create_directories(folder);
   pg_->barrier();
   // The model(s) and optimizer: sharded checkpoints whose index also carries the scheduler,
   // the scaler and every rank's RNG state.
-  for (size_t i = 0; i < models_.size(); ++i) {
+  // A pipeline's stages each save their pieces into the same folder (their checkpoint group
+  // is every process), under the GPT's names: it loads at any layout.
+  for (size_t i = 0; i < models.size(); ++i) {
     const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
                                      .scaler = i == 0 ? scaler_.get() : nullptr,
                                      .rng_states = i == 0};
-    models_[i]->save_checkpoint(sub, i == 0 ? optimizer_ : nullptr,
-                                {{"iteration", std::to_string(iteration_)}}, extra);
+    models[i]->save_checkpoint(sub, i == 0 ? optimizer_ : nullptr,
+                               {{"iteration", std::to_string(iteration_)}}, extra);
   }
   if (is_main_process()) {
     for (size_t i = 0; i < loaders_.size(); ++i) {
@@ -409,18 +558,18 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
 }
 
 void Accelerator::load_state(const std::filesystem::path& dir) {
-  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::load_state: prepare a model first");
+  const std::vector<shard::ShardedModel*> models = checkpointed_models("load_state");
   const bool automatic = dir.empty();
   const std::filesystem::path folder = automatic ? checkpoint_folder(true) : dir;
   BRAID_CHECK(std::filesystem::is_directory(folder / "model"), kInvalidArgument,
               "Accelerator::load_state: ", folder.string(),
               " is not a saved state (no model/ folder)");
-  for (size_t i = 0; i < models_.size(); ++i) {
+  for (size_t i = 0; i < models.size(); ++i) {
     const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
                                      .scaler = i == 0 ? scaler_.get() : nullptr,
                                      .rng_states = i == 0};
-    models_[i]->load_checkpoint(sub, i == 0 ? optimizer_ : nullptr, extra);
+    models[i]->load_checkpoint(sub, i == 0 ? optimizer_ : nullptr, extra);
   }
   resumed_.clear();
   for (size_t i = 0;; ++i) {
@@ -451,9 +600,68 @@ Accelerator::ResumePosition Accelerator::resumed_position(size_t loader_index) c
   return resumed_[loader_index];
 }
 
+NamedTensors Accelerator::get_state_dict(shard::ShardedModel& model) {
+  if (model.options().tensor_parallel) {
+    return shard::tensor_parallel_full_state_dict(model, *model.options().tensor_parallel);
+  }
+  return model.full_state_dict();
+}
+
+NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
+  // Each stage's tensors, whole (tp gathered), from the first rank of its dp x tp block:
+  // names and shapes all-gathered, then one broadcast per tensor from its owner.
+  NamedTensors mine = pipeline.global_state_dict();  // collective over dp and tp
+  const bool owner = !mesh_ || (mesh_->local_rank("dp") == 0 && mesh_->local_rank("tp") == 0);
+  nlohmann::json list = nlohmann::json::array();
+  if (owner) {
+    for (auto& [name, t] : mine) {
+      list.push_back({{"name", name}, {"shape", t.shape()}, {"dtype", dtype_name(t.dtype())}});
+    }
+  }
+  const std::string text = list.dump();
+  Tensor local = Tensor::empty({static_cast<int64_t>(text.size())}, DType::kU8);
+  std::copy(text.begin(), text.end(), local.data<uint8_t>());
+  // Lengths first (all_gather_into needs equal sizes), then the padded texts.
+  Tensor len = Tensor::full({1}, static_cast<double>(text.size()), DType::kF64);
+  Tensor lens = Tensor::empty({pg_->size()}, DType::kF64);
+  pg_->all_gather_into(lens, len);
+  int64_t longest = 0;
+  for (int r = 0; r < pg_->size(); ++r) {
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(lens.data<double>()[r]));
+  }
+  Tensor padded = Tensor::zeros({longest}, DType::kU8);
+  if (!text.empty()) padded.narrow(0, 0, local.numel()).copy_(local);
+  Tensor all = Tensor::empty({longest * pg_->size()}, DType::kU8);
+  pg_->all_gather_into(all, padded);
+  std::map<std::string, Tensor> own;
+  for (auto& [name, t] : mine) own.emplace(name, t);
+  NamedTensors out;
+  for (int r = 0; r < pg_->size(); ++r) {
+    const auto n = static_cast<size_t>(lens.data<double>()[r]);
+    const auto* bytes = reinterpret_cast<const char*>(all.data<uint8_t>() + r * longest);
+    for (const auto& e : nlohmann::json::parse(std::string(bytes, n))) {
+      const std::string name = e.at("name").get<std::string>();
+      Tensor t = r == process_index()
+                     ? own.at(name).contiguous().clone()
+                     : Tensor::empty(e.at("shape").get<Shape>(),
+                                     parse_dtype(e.at("dtype").get<std::string>()));
+      pg_->broadcast(t, r);
+      out.emplace_back(name, t);
+    }
+  }
+  return out;
+}
+
+void Accelerator::save_model(shard::GPTPipeline& pipeline, const std::filesystem::path& dir,
+                             std::string_view max_shard_size) {
+  NamedTensors state = get_state_dict(pipeline);  // collective
+  if (is_main_process()) save_sharded(dir, state, max_shard_size, {{"format", "pt"}});
+  pg_->barrier();
+}
+
 void Accelerator::save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
                              std::string_view max_shard_size) {
-  NamedTensors state = model.full_state_dict();  // collective
+  NamedTensors state = get_state_dict(model);  // collective
   if (is_main_process()) {
     // Tied weights appear under each of their names in the state dict; safetensors (and
     // transformers' save_pretrained) keep the first: drop the other names.

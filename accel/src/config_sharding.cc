@@ -1,6 +1,7 @@
 // sharding_plan: distributed_type and its plugin -> shard::ShardingOptions and the settings
 // around ShardedModel (docs/config.md, "Mapping to braid's sharding"); validate_config: the
 // checks across keys. Both are pure: no files, no environment.
+#include <algorithm>
 #include <string>
 
 #include "braid/accel/config.h"
@@ -217,35 +218,58 @@ void map_deepspeed(const AcceleratorConfig& c, ShardingPlan& plan) {
 
 void map_megatron(const AcceleratorConfig& c, ShardingPlan& plan) {
   const MegatronLMPlugin m = c.megatron_lm_plugin.value_or(MegatronLMPlugin{});
-  BRAID_CHECK(m.tp_degree == 1 && m.pp_degree == 1, kNotSupported,
-              "megatron_lm_config: megatron_lm_tp_degree ", m.tp_degree,
-              " and megatron_lm_pp_degree ", m.pp_degree,
-              ": braid maps Megatron-LM's data-parallel part only; tensor and pipeline degrees "
-              "above 1 are not supported by the configuration yet (expected 1 and 1)");
   plan.options.stage = m.use_distributed_optimizer ? ZeroStage::k1 : ZeroStage::k0;
   set_dtypes(plan, policy_for(c, std::nullopt), false);
   plan.activation_checkpointing = m.recompute_activations;
   if (m.gradient_clipping > 0) plan.gradient_clipping = m.gradient_clipping;
-  if (m.num_micro_batches > 1) {
-    plan.warnings.push_back(
-        "megatron_lm_config.megatron_lm_num_micro_batches applies to pipeline "
-        "parallelism (pp_degree > 1); ignored");
-  }
-  if (m.sequence_parallelism) {
-    plan.warnings.push_back(
-        "megatron_lm_config.megatron_lm_sequence_parallelism applies to "
-        "tensor parallelism (tp_degree > 1); ignored");
-  }
 }
 
-void check_mesh_sizes(const AcceleratorConfig& c) {
-  if (!c.parallelism_config) return;
-  const ParallelismConfig& p = *c.parallelism_config;
-  BRAID_CHECK(p.tp_size == 1 && p.cp_size == 1, kNotSupported,
-              "parallelism_config: parallelism_config_tp_size ", p.tp_size,
-              " and parallelism_config_cp_size ", p.cp_size,
-              ": tensor and context parallelism are not supported by the configuration yet "
-              "(expected 1 and 1)");
+// The model-parallel degrees: megatron_lm_config's under any distributed_type (its tp / pp
+// dimensions; the data-parallel dimension is sharded as distributed_type's plugin says), or
+// parallelism_config's tp_size.
+void map_model_parallel(const AcceleratorConfig& c, ShardingPlan& plan) {
+  if (c.parallelism_config) {
+    const ParallelismConfig& p = *c.parallelism_config;
+    BRAID_CHECK(p.cp_size == 1, kNotSupported, "parallelism_config: parallelism_config_cp_size ",
+                p.cp_size, ": context parallelism is not built in braid (expected 1)");
+    plan.tp_degree = p.tp_size;
+  }
+  if (c.megatron_lm_plugin) {
+    const MegatronLMPlugin& m = *c.megatron_lm_plugin;
+    BRAID_CHECK(plan.tp_degree == 1 || m.tp_degree == 1 || m.tp_degree == plan.tp_degree,
+                kInvalidArgument, "megatron_lm_config.megatron_lm_tp_degree ", m.tp_degree,
+                " disagrees with parallelism_config.parallelism_config_tp_size ", plan.tp_degree,
+                "; give one tensor-parallel degree");
+    plan.tp_degree = std::max(plan.tp_degree, m.tp_degree);
+    plan.pp_degree = m.pp_degree;
+    plan.sequence_parallel = m.sequence_parallelism;
+    if (m.num_micro_batches > 1) plan.num_micro_batches = m.num_micro_batches;
+    if (m.sequence_parallelism && plan.tp_degree == 1) {
+      plan.warnings.push_back(
+          "megatron_lm_config.megatron_lm_sequence_parallelism applies to "
+          "tensor parallelism (tp_degree > 1); ignored");
+      plan.sequence_parallel = false;
+    }
+    if (m.num_micro_batches > 1 && plan.pp_degree == 1) {
+      plan.warnings.push_back(
+          "megatron_lm_config.megatron_lm_num_micro_batches applies to pipeline "
+          "parallelism (pp_degree > 1); ignored");
+      plan.num_micro_batches = 0;
+    }
+  }
+  const int64_t mp = plan.tp_degree * plan.pp_degree;
+  if (mp > 1) {
+    BRAID_CHECK(plan.options.shard_group_size <= 0, kNotSupported, "HSDP (a shard group of ",
+                plan.options.shard_group_size,
+                ") together with tensor or pipeline parallelism (tp ", plan.tp_degree, ", pp ",
+                plan.pp_degree, ") is not built; expected one of them");
+    // num_processes 1 is the default of a config built in code: the Accelerator checks the
+    // launched processes.
+    BRAID_CHECK(c.num_processes <= 1 || c.num_processes % mp == 0, kInvalidArgument,
+                "num_processes ", c.num_processes,
+                " is not a multiple of tp_degree x pp_degree = ", plan.tp_degree, " x ",
+                plan.pp_degree);
+  }
 }
 
 }  // namespace
@@ -253,7 +277,6 @@ void check_mesh_sizes(const AcceleratorConfig& c) {
 ShardingPlan sharding_plan(const AcceleratorConfig& config) {
   ShardingPlan plan;
   plan.options.ddp = config.ddp_kwargs;
-  check_mesh_sizes(config);
   const DistributedType t = config.distributed_type;
   auto ignored = [&](bool present, DistributedType owner, const char* section) {
     if (present && t != owner) {
@@ -263,8 +286,12 @@ ShardingPlan sharding_plan(const AcceleratorConfig& config) {
   };
   ignored(config.fsdp_plugin.has_value(), DistributedType::kFsdp, "fsdp_config");
   ignored(config.deepspeed_plugin.has_value(), DistributedType::kDeepSpeed, "deepspeed_config");
-  ignored(config.megatron_lm_plugin.has_value(), DistributedType::kMegatronLm,
-          "megatron_lm_config");
+  if (config.megatron_lm_plugin && t != DistributedType::kMegatronLm) {
+    plan.warnings.push_back(
+        "megatron_lm_config with distributed_type " + name_of(t) +
+        ": its tp / pp degrees, micro-batches and sequence parallelism apply; its data-parallel "
+        "fields (use_distributed_optimizer, gradient_clipping, recompute_activations) do not");
+  }
   switch (t) {
     case DistributedType::kFsdp:
       map_fsdp(config, plan);
@@ -280,6 +307,7 @@ ShardingPlan sharding_plan(const AcceleratorConfig& config) {
       plan.options.stage = ZeroStage::k0;
       break;
   }
+  map_model_parallel(config, plan);
   if (t != DistributedType::kFsdp && config.parallelism_config &&
       config.parallelism_config->dp_shard_size > 1) {
     plan.warnings.push_back(

@@ -5,6 +5,8 @@
 // step with the first stage, and finishes the gradients (docs/parallelism.md).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -60,7 +62,8 @@ struct Pipeline::Impl {
   nn::ModuleHooks owner_hooks;       // its hooks before ours, restored at destruction
   nn::Parameter replica;             // on stage S - 1's rank
   bool publish_weight = false;       // set by step(), cleared by stage 0's first forward
-  Tensor pending_tied_grad;          // added by the owner's pre_backward hook
+  std::vector<std::shared_ptr<const TensorParallelPlan>> plans;  // per chunk, with tp_group
+  Tensor pending_tied_grad;  // added by the owner's pre_backward hook
 
   // One step's state.
   std::map<Key, Tensor> inputs, outputs, out_grads, in_grads;
@@ -342,6 +345,7 @@ Pipeline::Pipeline(std::vector<std::shared_ptr<nn::Layer>> chunks, std::shared_p
     BRAID_CHECK(tp_plans.empty(), kInvalidArgument,
                 "Pipeline: tensor-parallel plans without PipelineOptions::tp_group");
   }
+  I.plans = tp_plans;
   I.tied_active = I.S > 1 && !I.tied.first_module.empty() && !I.tied.last_module.empty();
   if (I.tied_active && I.self == I.rank_of(I.S - 1)) {
     I.replica = I.chunks[static_cast<size_t>(I.chunk_of(I.S - 1))]
@@ -410,6 +414,55 @@ std::vector<nn::Parameter> Pipeline::parameters() const {
 
 void Pipeline::after_step() {
   for (auto& sm : impl_->sharded) sm->after_step();
+}
+
+double Pipeline::clip_grad_norm_(double max_norm) {
+  BRAID_CHECK(max_norm >= 0, kInvalidArgument,
+              "Pipeline::clip_grad_norm_: max_norm must be >= 0, got ", max_norm);
+  Impl& I = *impl_;
+  const double inf = std::numeric_limits<double>::infinity();
+  double local = 0;  // this rank's chunks' sums of squares, in chunk order
+  for (size_t c = 0; c < I.chunks.size(); ++c) {
+    double norm = 0;
+    if (!I.sharded.empty()) {
+      norm = I.sharded[c]->clip_grad_norm_(inf);  // the norm only: a coefficient of 1
+    } else {
+      std::vector<nn::Parameter> params;
+      for (auto& [name, prm] : I.chunks[c]->named_parameters()) {
+        if (!(I.replica.defined() && prm.id() == I.replica.id()) && prm.grad().defined()) {
+          params.push_back(prm);
+        }
+      }
+      if (c < I.plans.size() && I.plans[c]) {
+        norm = grad_norm(params, *I.plans[c]);
+      } else {
+        double sum = 0;
+        for (auto& prm : params) {
+          const Tensor g = prm.grad().to(DType::kF64).contiguous();
+          const double* x = g.data<double>();
+          for (int64_t i = 0; i < g.numel(); ++i) sum += x[i] * x[i];
+        }
+        norm = std::sqrt(sum);
+      }
+    }
+    local += norm * norm;
+  }
+  Tensor mine = Tensor::full({1}, local, DType::kF64);
+  Tensor all = Tensor::empty({I.p}, DType::kF64);
+  I.pp->all_gather_into(all, mine);
+  double total = 0;
+  for (int64_t r = 0; r < I.p; ++r) total += all.data<double>()[r];
+  const double norm = std::sqrt(total);
+  if (!std::isfinite(norm)) return norm;
+  const double coef = std::min(1.0, max_norm / (norm + 1e-6));
+  if (coef < 1.0) {
+    for (nn::Parameter& prm : parameters()) {
+      if (!prm.grad().defined()) continue;
+      Tensor flat = prm.grad().view({prm.grad().numel()});
+      axpby_(coef, flat, 0.0, flat);  // g = coef * g, as ShardedModel::clip_grad_norm_
+    }
+  }
+  return norm;
 }
 
 NamedTensors Pipeline::state_dict() {

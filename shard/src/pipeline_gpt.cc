@@ -1,7 +1,6 @@
 // GPTPipeline (pipeline.h): the GPT cut into GPTStages over the pp ranks, with the tied
 // embedding owned by stage 0 and replicated on the last stage, and MegatronLMPlugin's
 // num_layers_per_virtual_pipeline_stage turned into virtual stages (docs/parallelism.md).
-#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -151,19 +150,7 @@ NamedTensors GPTPipeline::global_state_dict() {
       out.emplace_back(name, t);
       continue;
     }
-    // Each rank writes its runs into zeros and the sum over tp assembles the tensor (x + 0 is
-    // x: exact); padding belongs to no run.
-    const Tensor src = t.contiguous();
-    Tensor whole = Tensor::zeros(slice->global_shape, src.dtype());
-    const auto elem = static_cast<int64_t>(src.element_size());
-    const auto* from = static_cast<const char*>(src.data_ptr());
-    auto* to = static_cast<char*>(whole.data_ptr());
-    for (const ElementRun& run : global_runs(*slice, src.shape(), 0, src.numel())) {
-      std::memcpy(to + run.global_offset * elem, from + run.local_offset * elem,
-                  static_cast<size_t>(run.count * elem));
-    }
-    tp_->all_reduce(whole);
-    out.emplace_back(name, whole);
+    out.emplace_back(name, gather_global(t, *slice, *tp_));
   }
   return out;
 }

@@ -3,6 +3,8 @@
 // "Checkpoints" and "Clipping").
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <set>
 
 #include "braid/core/error.h"
@@ -264,6 +266,33 @@ double clip_grad_norm_(ShardedModel& sm, const TensorParallelPlan& plan, double 
     replicated = sums[1];
   }
   return scale_grads(grads, norm_from(plan, split, replicated), max_norm);
+}
+
+Tensor gather_global(const Tensor& local, const TensorSlice& slice, ProcessGroup& tp) {
+  const Tensor src = local.contiguous();
+  Tensor whole = Tensor::zeros(slice.global_shape, src.dtype());
+  const auto elem = static_cast<int64_t>(src.element_size());
+  const auto* from = static_cast<const char*>(src.data_ptr());
+  auto* to = static_cast<char*>(whole.data_ptr());
+  for (const ElementRun& run : global_runs(slice, src.shape(), 0, src.numel())) {
+    std::memcpy(to + run.global_offset * elem, from + run.local_offset * elem,
+                static_cast<size_t>(run.count * elem));
+  }
+  tp.all_reduce(whole);
+  return whole;
+}
+
+NamedTensors tensor_parallel_full_state_dict(ShardedModel& sm, const TensorParallelPlan& plan) {
+  std::map<std::string, const TensorSlice*> slices;
+  for (auto& [name, p] : sm.module().named_parameters(/*remove_duplicate=*/false)) {
+    if (const TensorSlice* s = plan.slice(p)) slices.emplace(name, s);
+  }
+  NamedTensors out;
+  for (auto& [name, t] : sm.full_state_dict()) {
+    auto it = slices.find(name);
+    out.emplace_back(name, it == slices.end() ? t : gather_global(t, *it->second, *plan.group()));
+  }
+  return out;
 }
 
 }  // namespace braid::shard

@@ -218,10 +218,66 @@ TEST(ShardingPlan, MegatronDataParallelPart) {
   p = sharding_plan(c);
   EXPECT_EQ(p.options.stage, ZeroStage::k0);
   EXPECT_FALSE(p.gradient_clipping.has_value());
+  EXPECT_EQ(p.tp_degree, 1);
+  EXPECT_EQ(p.pp_degree, 1);
+}
+
+TEST(ShardingPlan, ModelParallelDegrees) {
+  AcceleratorConfig c = load_config_file(data_dir() / "accelerate_megatron.yaml");
   c.megatron_lm_plugin->tp_degree = 2;
+  c.megatron_lm_plugin->pp_degree = 2;
+  c.megatron_lm_plugin->num_micro_batches = 4;
+  c.megatron_lm_plugin->sequence_parallelism = true;
+  c.num_processes = 8;
+  ShardingPlan p = sharding_plan(c);
+  EXPECT_EQ(p.tp_degree, 2);
+  EXPECT_EQ(p.pp_degree, 2);
+  EXPECT_EQ(p.num_micro_batches, 4);
+  EXPECT_TRUE(p.sequence_parallel);
+  EXPECT_TRUE(p.warnings.empty());
+  // The degrees apply under any distributed_type; the dp dimension follows its plugin.
+  c.distributed_type = DistributedType::kDeepSpeed;
+  c.deepspeed_plugin = DeepSpeedPlugin{.zero_stage = 3};
+  p = sharding_plan(c);
+  EXPECT_EQ(p.options.stage, ZeroStage::k3);
+  EXPECT_EQ(p.tp_degree, 2);
+  EXPECT_TRUE(has_warning(p, "megatron_lm_config with distributed_type DEEPSPEED"));
+  // Degrees whose product does not divide the processes.
+  c.num_processes = 6;
   Error e = error_of([&] { sharding_plan(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  EXPECT_NE(e.message().find("num_processes 6 is not a multiple of tp_degree x pp_degree = 2 x 2"),
+            std::string::npos)
+      << e.message();
+  // Settings that only make sense with model parallelism are ignored with a warning without.
+  c.num_processes = 2;
+  c.megatron_lm_plugin->tp_degree = 1;
+  c.megatron_lm_plugin->pp_degree = 1;
+  p = sharding_plan(c);
+  EXPECT_FALSE(p.sequence_parallel);
+  EXPECT_EQ(p.num_micro_batches, 0);
+  EXPECT_TRUE(has_warning(p, "megatron_lm_sequence_parallelism applies to tensor parallelism"));
+  EXPECT_TRUE(has_warning(p, "megatron_lm_num_micro_batches applies to pipeline parallelism"));
+  // parallelism_config's tp_size; a different Megatron degree is a contradiction.
+  c.parallelism_config = ParallelismConfig{.tp_size = 2};
+  c.megatron_lm_plugin->tp_degree = 4;
+  c.num_processes = 0;
+  e = error_of([&] { sharding_plan(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  EXPECT_NE(e.message().find("disagrees with parallelism_config.parallelism_config_tp_size 2"),
+            std::string::npos)
+      << e.message();
+  // HSDP and model parallelism together are not built.
+  c = {};
+  c.distributed_type = DistributedType::kFsdp;
+  c.fsdp_plugin = FullyShardedDataParallelPlugin{};
+  c.fsdp_plugin->sharding_strategy = FsdpShardingStrategy::kHybridShard;
+  c.fsdp_plugin->hsdp_shard_size = 2;
+  c.megatron_lm_plugin = MegatronLMPlugin{.tp_degree = 2};
+  c.num_processes = 4;
+  e = error_of([&] { sharding_plan(c); });
   EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
-  EXPECT_NE(e.message().find("megatron_lm_tp_degree 2"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("HSDP"), std::string::npos) << e.message();
 }
 
 TEST(ShardingPlan, DdpKwargsAndIgnoredPlugins) {
@@ -238,7 +294,11 @@ TEST(ShardingPlan, DdpKwargsAndIgnoredPlugins) {
   EXPECT_EQ(p.options.ddp.comm_hook, shard::DDPCommunicationHookType::kBf16);
   EXPECT_TRUE(has_warning(p, "fsdp_config is ignored: distributed_type is MULTI_CPU"));
   c.parallelism_config = ParallelismConfig{.tp_size = 2};
-  EXPECT_EQ(error_of([&] { sharding_plan(c); }).kind(), ErrorKind::kNotSupported);
+  EXPECT_EQ(sharding_plan(c).tp_degree, 2);
+  c.parallelism_config = ParallelismConfig{.cp_size = 2};
+  Error e = error_of([&] { sharding_plan(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+  EXPECT_NE(e.message().find("parallelism_config_cp_size 2"), std::string::npos) << e.message();
 }
 
 TEST(ValidateConfig, WhatBraidCannotRun) {

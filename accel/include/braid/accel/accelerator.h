@@ -25,6 +25,12 @@
 // gradient is their mean over the global batch: finish_gradients(1 / (micro-batches in the
 // window x processes)), which is Accelerate's loss / gradient_accumulation_steps followed by
 // DDP's average over processes. It runs once per window, lazily, before clipping or the step.
+//
+// Tensor and pipeline parallelism (tp_degree / pp_degree of the plan; docs/accelerator.md):
+// the processes form a mesh (dp, pp, tp); a GPT prepared with prepare_model is split over tp
+// (its logits are this rank's vocabulary columns: use cross_entropy()), and with pp > 1
+// prepare_pipeline cuts it into stages whose step runs every micro-batch of the window
+// (pipeline_step, Accelerate's Megatron-LM train step). Data is split over dp only.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +47,14 @@
 #include "braid/amp/grad_scaler.h"
 #include "braid/comm/process_group.h"
 #include "braid/nn/data.h"
+#include "braid/nn/loss.h"
 #include "braid/nn/lr_scheduler.h"
 #include "braid/nn/module.h"
 #include "braid/nn/optim.h"
+#include "braid/shard/device_mesh.h"
 #include "braid/shard/fsdp.h"
+#include "braid/shard/pipeline.h"
+#include "braid/shard/tensor_parallel.h"
 #include "braid/tensor/tree.h"
 
 namespace braid::accel {
@@ -54,6 +64,21 @@ namespace braid::accel {
 struct Checkpointable {
   std::function<std::string()> state_json;
   std::function<void(const std::string&)> load_state_json;
+};
+
+// The language-model loss of a prepared GPT: nn::CrossEntropyLoss, or under tensor
+// parallelism shard::VocabParallelCrossEntropy over the tp group (the logits are this rank's
+// vocabulary columns; the loss and the targets are the same on every tp rank).
+class CrossEntropy {
+ public:
+  explicit CrossEntropy(nn::CrossEntropyOptions options = {},
+                        std::shared_ptr<ProcessGroup> tp = nullptr, int64_t vocab_size = 0);
+  Tensor forward(const Tensor& logits, const Tensor& targets);
+  Tensor backward(const Tensor& grad_loss = {});
+
+ private:
+  std::unique_ptr<nn::CrossEntropyLoss> plain_;
+  std::unique_ptr<shard::VocabParallelCrossEntropy> parallel_;
 };
 
 class Accelerator {
@@ -75,6 +100,15 @@ class Accelerator {
   DistributedType distributed_type() const { return distributed_type_; }
   int num_processes() const;
   int process_index() const;
+  // The data-parallel dimension: num_processes / (tp_degree x pp_degree) ranks, each with its
+  // own samples (the ranks of one dp index share theirs). Without model parallelism: all.
+  int data_parallel_size() const { return dp_->size(); }
+  int data_parallel_rank() const { return dp_->rank(); }
+  int64_t tp_degree() const { return plan_.tp_degree; }
+  int64_t pp_degree() const { return plan_.pp_degree; }
+  // The (dp, pp, tp) mesh; null without tensor or pipeline parallelism.
+  std::shared_ptr<shard::DeviceMesh> mesh() const { return mesh_; }
+  std::shared_ptr<ProcessGroup> data_parallel_group() const { return dp_; }
   int local_process_index() const;
   bool is_main_process() const { return process_index() == 0; }
   bool is_local_main_process() const { return local_process_index() == 0; }
@@ -89,9 +123,19 @@ class Accelerator {
   // MixedPrecision, prefetch, HSDP, offload_param, DDP kwargs), turning on activation
   // checkpointing of its units when the plugin asks. `param_init`: for a model built on the
   // meta device (init_on_meta; ShardingOptions::param_init).
+  // With tp_degree > 1 the model must be an nn::GPT holding its whole initialized values on
+  // every rank (the same on all): it is split over the tp group (shard::parallelize_gpt;
+  // sequence_parallel from the plan) and sharded over dp. pp_degree > 1: prepare_pipeline.
   std::shared_ptr<shard::ShardedModel> prepare_model(
       std::shared_ptr<nn::Layer> model,
       std::function<void(const std::string&, int64_t, int64_t, float*)> param_init = {});
+  // pp_degree >= 1: the GPT cut into pp_degree stages (shard::GPTPipeline, 1F1B) over the pp
+  // group, each stage split over tp and sharded over dp with the plan's options, loaded from
+  // `gpt`'s values (the same whole model on every rank). num_micro_batches per step: the
+  // plan's, else gradient_accumulation_steps. fp16 (GradScaler) is not supported here.
+  std::shared_ptr<shard::GPTPipeline> prepare_pipeline(const nn::GPT& gpt);
+  // The loss for the prepared GPT (vocab-parallel under tp_degree > 1).
+  CrossEntropy cross_entropy(nn::CrossEntropyOptions options = {}) const;
   // The optimizer built on prepare_model(...)->optimizer_parameters(): applies the plugin's
   // optimizer offload and registers it for step / save_state. One optimizer per Accelerator.
   void prepare_optimizer(nn::Optimizer& optimizer);
@@ -99,6 +143,8 @@ class Accelerator {
   void prepare_scheduler(nn::LRScheduler& scheduler);
   // prepare_data_loader with the config's DataLoaderConfiguration over this group; the
   // accumulate scope reads its end_of_dataloader (sync_with_dataloader).
+  // With model parallelism the loader is split over the dp group: the ranks of one dp index
+  // get the same batches.
   nn::DataLoader prepare_data_loader(const nn::DataLoader& loader);
 
   // ---- a training step ----
@@ -155,9 +201,20 @@ class Accelerator {
   double clip_grad_norm_(shard::ShardedModel& model, double max_norm);
   // Every gradient element clamped to [-clip_value, clip_value].
   void clip_grad_value_(shard::ShardedModel& model, double clip_value);
+
+  // A pipeline's optimizer step's forwards and backwards (Accelerate's Megatron-LM
+  // train_step): ids[m] / labels[m] for the num_micro_batches micro-batches of this dp rank,
+  // run by the schedule under autocast(); the gradients are then finished (the mean over
+  // micro-batches and dp ranks). Ends a window (sync_gradients() true). Returns the mean loss.
+  // `loader`: where the micro-batches came from (ids.size() batches of it), tracked for
+  // save_state as accumulate(loader) does.
+  double pipeline_step(shard::GPTPipeline& pipeline, const std::vector<Tensor>& ids,
+                       const std::vector<Tensor>& labels, const nn::DataLoader* loader = nullptr);
+  // The global 2-norm over every stage, tp slice and dp shard (Pipeline::clip_grad_norm_).
+  double clip_grad_norm_(shard::GPTPipeline& pipeline, double max_norm);
   // The optimizer step (through the GradScaler with fp16: skipped when any rank found Inf /
-  // NaN), then after_step of every prepared model. Only when sync_gradients(); returns
-  // whether the optimizer stepped.
+  // NaN), then after_step of every prepared model (and pipeline). Only when sync_gradients();
+  // returns whether the optimizer stepped.
   bool step(nn::Optimizer& optimizer);
   bool optimizer_step_was_skipped() const { return step_was_skipped_; }
   // AcceleratedScheduler.step: steps the scheduler only at the end of a window (and
@@ -166,6 +223,8 @@ class Accelerator {
   void zero_grad(nn::Optimizer& optimizer);
 
   // ---- data across processes (Trees; comm/tree_ops.h) ----
+  // gather, gather_for_metrics, reduce and pad_across_processes run over the dp group (the
+  // processes that hold different samples); broadcast over every process.
   Tree gather(const Tree& data);
   // gather, then without the samples even_batches repeated to fill the last global batch of
   // `loader`'s pass (GradientState.remainder) when it is at its end.
@@ -208,6 +267,13 @@ class Accelerator {
   // model.safetensors, or shards + model.safetensors.index.json beyond max_shard_size.
   void save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
                   std::string_view max_shard_size = "10GB");
+  void save_model(shard::GPTPipeline& pipeline, const std::filesystem::path& dir,
+                  std::string_view max_shard_size = "10GB");
+  // Accelerate's get_state_dict: every parameter whole (f32 masters; tp slices gathered; a
+  // pipeline's stages from their ranks) on every process, under the model's state_dict()
+  // names. Collective.
+  NamedTensors get_state_dict(shard::ShardedModel& model);
+  NamedTensors get_state_dict(shard::GPTPipeline& pipeline);
 
   // ---- randomness ----
   void set_seed(uint64_t seed, bool device_specific = false);
@@ -238,15 +304,23 @@ class Accelerator {
 
  private:
   void begin_micro_batch(const nn::DataLoader* loader);
+  // One batch taken from `loader` (its position for save_state); whether it ended the pass.
+  bool advance_loader(const nn::DataLoader* loader);
   void end_micro_batch();
   std::filesystem::path checkpoint_folder(bool for_load) const;
+  // What save_state / load_state write and read: the prepared models, or the pipeline's stage.
+  std::vector<shard::ShardedModel*> checkpointed_models(const char* what) const;
 
   AcceleratorConfig config_;
   ShardingPlan plan_;
   GradientAccumulationPlugin accumulation_;
   DistributedType distributed_type_ = DistributedType::kNo;
   std::shared_ptr<ProcessGroup> pg_;
+  std::shared_ptr<shard::DeviceMesh> mesh_;  // (dp, pp, tp) with model parallelism
+  std::shared_ptr<ProcessGroup> dp_;         // the data-parallel group (pg_ without a mesh)
+  int64_t vocab_size_ = 0;                   // of the prepared GPT (vocab-parallel loss)
   std::vector<std::shared_ptr<shard::ShardedModel>> models_;
+  std::shared_ptr<shard::GPTPipeline> pipeline_;
   nn::Optimizer* optimizer_ = nullptr;
   nn::LRScheduler* scheduler_ = nullptr;
   std::unique_ptr<amp::GradScaler> scaler_;

@@ -220,13 +220,24 @@ struct ShardingPlan {
   nn::OffloadConfig offload_optimizer{};
   std::optional<double> gradient_clipping{};  // DeepSpeed / Megatron clipping value
   bool save_16bit_model = false;              // zero3_save_16bit_model
+  // Model parallelism (docs/accelerator.md, "Tensor and pipeline parallelism"): the mesh
+  // (dp, pp, tp) of the processes, dp = processes / (pp x tp). `options` shard over dp.
+  // tp_degree: megatron_lm_config.megatron_lm_tp_degree, or parallelism_config's tp_size;
+  // pp_degree: megatron_lm_config.megatron_lm_pp_degree. Both apply under any distributed_type.
+  int64_t tp_degree = 1;
+  int64_t pp_degree = 1;
+  bool sequence_parallel = false;  // megatron_lm_sequence_parallelism (tp_degree > 1)
+  // Pipeline micro-batches per optimizer step (megatron_lm_num_micro_batches; 0: the
+  // gradient accumulation steps, as Megatron's num_micro_batches is its accumulation).
+  int64_t num_micro_batches = 0;
   // Settings braid accepts but cannot honour exactly, one line each (the caller logs them).
   std::vector<std::string> warnings{};
 };
 // Pure mapping of distributed_type and its plugin (FSDP, DeepSpeed, Megatron-LM; NO /
-// MULTI_*: DDP with ddp_kwargs) to ShardingOptions. kNotSupported for Megatron tensor /
-// pipeline degrees or tensor / context parallel sizes above 1; kInvalidArgument for
-// contradictions (a shard size that does not divide the processes, ...).
+// MULTI_*: DDP with ddp_kwargs) to ShardingOptions, and of the tensor / pipeline degrees.
+// kNotSupported for a context-parallel size above 1 and for HSDP together with tensor or
+// pipeline parallelism; kInvalidArgument for contradictions (a shard size that does not divide
+// the processes, degrees whose product does not divide them, two different tp degrees, ...).
 ShardingPlan sharding_plan(const AcceleratorConfig& config);
 
 // ---- the program's own keys --------------------------------------------------------------

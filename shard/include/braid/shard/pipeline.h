@@ -246,6 +246,15 @@ class Pipeline {
   std::vector<nn::Parameter> parameters() const;
   // After the optimizer step: ShardedModel::after_step() for each chunk (nothing without DP).
   void after_step();
+  // Gradient clipping over the whole model (after step()): the 2-norm of every stage's
+  // gradient, the tied replica left out, split parameters counted once over tp_group and
+  // shards over dp_group; each chunk's sum of squares (ShardedModel::clip_grad_norm_, or
+  // grad_norm over the chunk's plan), the chunks' added in order on each rank, then the
+  // ranks' all-gathered over pp and added in pp-rank order, so every rank gets the same
+  // number. Scales parameters()' gradients by min(1, max_norm / (norm + 1e-6)) as torch's
+  // clip_grad_norm_; a non-finite norm is returned and nothing is scaled. Collective over pp
+  // (and dp, tp). The last bits differ from a one-process model's norm (another order).
+  double clip_grad_norm_(double max_norm);
 
   // This rank's parameters under their model names (the replica left out), whole (DP: gathered
   // by full_state_dict(), a collective over dp).

@@ -33,6 +33,7 @@
 #include "braid/nn/layers.h"
 #include "braid/nn/loss.h"
 #include "braid/nn/module.h"
+#include "braid/tensor/safetensors.h"
 #include "braid/tensor/tensor.h"
 
 namespace braid::shard {
@@ -403,6 +404,16 @@ std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_pt
 std::shared_ptr<TensorParallelPlan> parallelize_gpt_stage(nn::GPTStage& stage,
                                                           std::shared_ptr<ProcessGroup> tp,
                                                           TensorParallelOptions options = {});
+
+// The global tensor of a split parameter from every tp rank's local one (`slice`: the local
+// tensor's place, TensorParallelPlan::slice): each rank writes its runs into zeros and the sum
+// over tp assembles the whole (x + 0 is x: exact; padding dropped). Collective over tp.
+Tensor gather_global(const Tensor& local, const TensorSlice& slice, ProcessGroup& tp);
+
+// A ShardedModel's whole state dict over a TP-split model: full_state_dict() (collective over
+// its group) with every split parameter gathered over the plan's group (gather_global), so
+// every rank of the dp x tp mesh holds the unsplit model under its state_dict() names.
+NamedTensors tensor_parallel_full_state_dict(ShardedModel& sm, const TensorParallelPlan& plan);
 
 // ---- clipping ------------------------------------------------------------------------------
 
