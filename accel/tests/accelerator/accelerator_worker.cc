@@ -10,6 +10,12 @@
 //       step K, then SIGKILL itself; --resume: load_state the latest and continue.
 //   accelerator_worker metrics      gather_for_metrics over 10 samples in batches of 2
 //   accelerator_worker batch-size   find_executable_batch_size with rank 1 failing above 16
+//   accelerator_worker parallel OUT --tp T --pp P [--sp] [--steps N]
+//       The same global batch (4 micro-batches of 2) on a (dp, pp, tp) mesh: prepare_model
+//       (tp) or prepare_pipeline (pp > 1), cross_entropy, pipeline_step, clip_grad_norm_ at
+//       0.05; prints each step's loss and norm (%.9g) for run_accelerator.sh to compare with
+//       one process; checks the dp split of the loader and of gather_for_metrics, the refusals
+//       of prepare_model, and get_state_dict / save_model (OUT/model.safetensors).
 //   accelerator_worker misc DIR     the other methods: reduce, pad_across_processes,
 //                                   main_process_first, RNG sync, trackers, no_sync,
 //                                   clip_grad_value_, register_for_checkpointing
@@ -17,6 +23,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -155,6 +162,130 @@ int train(const std::string& out, const std::vector<std::string>& a) {
     }
   }
   acc.save_model(*model, out);
+  return 0;
+}
+
+int parallel(const std::string& out, const std::vector<std::string>& a) {
+  const int64_t steps = std::stoll(arg(a, "--steps", "3"));
+  const int64_t tp = std::stoll(arg(a, "--tp", "1")), pp = std::stoll(arg(a, "--pp", "1"));
+  accel::AcceleratorConfig cfg;
+  cfg.distributed_type = accel::DistributedType::kFsdp;
+  accel::FullyShardedDataParallelPlugin fsdp;
+  fsdp.auto_wrap_policy = shard::WrapKind::kTransformerBased;
+  fsdp.transformer_cls_names_to_wrap = {"GPT2Block"};
+  cfg.fsdp_plugin = fsdp;
+  cfg.megatron_lm_plugin = accel::MegatronLMPlugin{
+      .tp_degree = tp, .pp_degree = pp, .sequence_parallelism = flag(a, "--sp")};
+  auto world = ProcessGroup::create({});
+  const int64_t dp = world->size() / (tp * pp);
+  BRAID_CHECK(dp >= 1 && 4 % dp == 0, kInvalidArgument, "dp ", dp, " must divide 4");
+  cfg.gradient_accumulation_steps = 4 / dp;
+  accel::Accelerator acc(cfg, world);
+  BRAID_CHECK(acc.data_parallel_size() == dp && acc.tp_degree() == tp && acc.pp_degree() == pp,
+              kInternal, "mesh: dp ", acc.data_parallel_size(), " tp ", acc.tp_degree(), " pp ",
+              acc.pp_degree());
+  BRAID_CHECK((tp * pp > 1) == (acc.mesh() != nullptr), kInternal, "mesh()");
+
+  // The refusals: pp > 1 needs prepare_pipeline; tp > 1 needs a GPT.
+  const auto kind_of = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.kind();
+    }
+    return ErrorKind::kInternal;  // no error
+  };
+  if (pp > 1) {
+    BRAID_CHECK(kind_of([&] { acc.prepare_model(tiny_gpt()); }) == ErrorKind::kInvalidArgument,
+                kInternal, "prepare_model with pp_degree > 1 must refuse");
+  } else if (tp > 1) {
+    auto linear = std::make_shared<nn::Linear>(4, 4);
+    BRAID_CHECK(kind_of([&] { acc.prepare_model(linear); }) == ErrorKind::kNotSupported, kInternal,
+                "prepare_model of a non-GPT with tp_degree > 1 must refuse");
+  }
+
+  // The loader is split over dp: the ranks of one dp index get the same samples.
+  nn::DataLoader loader(std::make_shared<TokenDataset>(8 * steps), {.batch_size = 2});
+  nn::DataLoader train = acc.prepare_data_loader(loader);
+  {
+    Tensor first = (*train.begin()).at("input_ids").tensor().contiguous().to(DType::kF64);
+    first = first.reshape({first.numel()});
+    Tensor all = Tensor::empty({world->size() * first.numel()}, DType::kF64);
+    world->all_gather_into(all, first);
+    for (int r = 0; r < world->size(); ++r) {
+      const bool same_dp =
+          acc.mesh() == nullptr || acc.mesh()->coordinate_of(r)[0] == acc.mesh()->coordinate()[0];
+      const bool equal = std::equal(first.data<double>(), first.data<double>() + first.numel(),
+                                    all.data<double>() + r * first.numel());
+      BRAID_CHECK(equal == same_dp, kInternal, "rank ", r, "'s first batch ",
+                  equal ? "equals" : "differs from", " this rank's (same dp index: ", same_dp, ")");
+    }
+    Tree g = acc.gather_for_metrics(Tree(first.reshape({2, kSeq})), train);
+    BRAID_CHECK(g.tensor().size(0) == 2 * dp, kInternal, "gather_for_metrics: ", g.tensor().size(0),
+                " rows, expected 2 x dp = ", 2 * dp);
+  }
+
+  std::shared_ptr<shard::ShardedModel> model;
+  std::shared_ptr<shard::GPTPipeline> pipe;
+  if (pp > 1) {
+    pipe = acc.prepare_pipeline(*tiny_gpt());
+  } else {
+    model = acc.prepare_model(tiny_gpt());
+  }
+  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(),
+                {.lr = 1e-2, .weight_decay = 0.1});
+  acc.prepare_optimizer(opt);
+  accel::CrossEntropy ce = acc.cross_entropy();
+  std::vector<Tensor> ids, labels;
+  int64_t step = 0;
+  double loss_sum = 0;
+  for (const Tree& batch : train) {
+    double norm = 0;
+    if (pipe) {
+      ids.push_back(batch.at("input_ids").tensor());
+      labels.push_back(batch.at("labels").tensor());
+      if (static_cast<int64_t>(ids.size()) < acc.gradient_accumulation_steps()) continue;
+      loss_sum = acc.pipeline_step(*pipe, ids, labels, &train) * double(ids.size());
+      ids.clear();
+      labels.clear();
+      norm = acc.clip_grad_norm_(*pipe, 0.05);
+    } else {
+      {
+        auto accumulate = acc.accumulate(train);
+        Tensor logits = model->forward(batch.at("input_ids").tensor());
+        loss_sum += ce.forward(logits, batch.at("labels").tensor()).item();
+        acc.backward(*model, ce.backward());
+      }
+      if (!acc.sync_gradients()) continue;
+      norm = acc.clip_grad_norm_(*model, 0.05);
+    }
+    acc.step(opt);
+    acc.zero_grad(opt);
+    Tree mean = acc.reduce(
+        Tree(Tensor::full({1}, loss_sum / double(acc.gradient_accumulation_steps()), DType::kF64)));
+    char line[128];
+    std::snprintf(line, sizeof line, "step %lld loss %.9g norm %.9g", static_cast<long long>(step),
+                  mean.tensor().item(), norm);
+    acc.print(line);
+    loss_sum = 0;
+    ++step;
+  }
+  BRAID_CHECK(step == steps, kInternal, step, " steps ran, expected ", steps);
+  const NamedTensors state = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+  // Every parameter of the whole GPT, whole (lm_head.weight is wte's tied name).
+  auto whole = tiny_gpt();
+  std::map<std::string, Shape> got;
+  for (auto& [name, t] : state) got.emplace(name, t.shape());
+  for (auto& [name, p] : whole->named_parameters()) {
+    BRAID_CHECK(got.count(name) && got.at(name) == p.data().shape(), kInternal,
+                "get_state_dict: ", name, got.count(name) ? " is not whole" : " is missing");
+  }
+  if (pipe) {
+    acc.save_model(*pipe, out);
+  } else {
+    acc.save_model(*model, out);
+  }
+  acc.print("parallel OK");
   return 0;
 }
 
@@ -315,6 +446,7 @@ int run(int argc, char** argv) {
   BRAID_CHECK(!a.empty(), kInvalidArgument,
               "usage: accelerator_worker train|metrics|batch-size|misc");
   if (a[0] == "train" && a.size() >= 2) return train(a[1], a);
+  if (a[0] == "parallel" && a.size() >= 2) return parallel(a[1], a);
   if (a[0] == "metrics") return metrics();
   if (a[0] == "batch-size") return batch_size();
   if (a[0] == "misc" && a.size() >= 2) return misc(a[1]);

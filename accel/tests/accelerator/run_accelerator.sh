@@ -5,6 +5,10 @@
 #          sharding layer's ordered reduction), at ZeRO-3, ZeRO-1/2 and DDP, with bf16 autocast
 #          and clipping; save_state -> SIGKILL -> load_state -> continue equals the
 #          uninterrupted run, also resumed at another world size.
+# parallel: tensor and pipeline parallelism through the Accelerator (tp 2, pp 2, tp 2 with
+#          sequence parallelism, tp 2 x pp 2, dp 2 x pp 2 x tp 2): each step's loss and global
+#          gradient norm (clipped at 0.05) within 1e-6 of one process's (fp32; the split layers
+#          add in another order), the dp split of the data, get_state_dict / save_model whole.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
 #          and the other methods (misc).
 set -euo pipefail
@@ -57,6 +61,24 @@ train)
   killed saving_const 2 train "$out/unused" --steps 4 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
   run resumed_w4 4 train "$out/resumed_w4" --steps 4 --accum 1 --constant-lr --resume --project "$out/p_c"
   same ref_const resumed_w4
+  ;;
+parallel)
+  steps() { grep -o "step [0-9]* loss [^ ]* norm [^ ]*" "$out/$1.log"; }
+  run one 1 parallel "$out/one" --tp 1 --pp 1
+  [[ $(steps one | wc -l) -eq 3 ]] || { cat "$out/one.log"; echo "FAIL: one: 3 steps expected" >&2; exit 1; }
+  for c in "tp2 2 --tp 2 --pp 1" "pp2 2 --tp 1 --pp 2" "tp2sp 2 --tp 2 --pp 1 --sp" \
+           "tp2pp2 4 --tp 2 --pp 2" "dp2pp2tp2 8 --tp 2 --pp 2"; do
+    set -- $c
+    name=$1 n=$2
+    shift 2
+    run "$name" "$n" parallel "$out/$name" "$@"
+    grep -q "parallel OK" "$out/$name.log" || { echo "FAIL: $name did not finish" >&2; exit 1; }
+    paste -d' ' <(steps one) <(steps "$name") | awk -v name="$name" '
+      function off(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+      { if (off($4, $10) > 1e-6 || off($6, $12) > 1e-6) { print "FAIL: " name ": " $0; bad = 1 } n++ }
+      END { if (n != 3 || bad) exit 1 }' || exit 1
+    echo "$name: 3 steps' losses and norms within 1e-6 of one process"
+  done
   ;;
 methods)
   run metrics 3 metrics
