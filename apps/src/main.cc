@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   } catch (const braid::cli::CommandExit& e) {
     return e.code;
   } catch (const braid::Error& e) {
-    std::cerr << "braid: error: " << e.what() << '\n';
+    std::cerr << e.what() << '\n';  // "braid: <kind>: <message> [file:line]"
     return kExitError;
   } catch (const std::exception& e) {
     std::cerr << "braid: error: " << e.what() << '\n';
