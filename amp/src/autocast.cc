@@ -2,6 +2,7 @@
 #include "braid/amp/autocast.h"
 
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "braid/core/error.h"
@@ -14,9 +15,17 @@ struct ThreadState {
   DType dtype = DType::kF32;
   bool cache = false;
   int depth = 0;  // scopes alive on this thread, enabled or not
-  // (storage, offset, dtype) -> (source, cast); cleared when the outermost scope ends. The
-  // source is kept so that its storage address cannot be reused by another tensor meanwhile.
-  std::map<std::tuple<const void*, int64_t, DType>, std::pair<Tensor, Tensor>> cache_entries;
+  // (storage, offset, dtype) -> the cast; cleared when the outermost scope ends. As torch's
+  // cached_casts, the entry holds its source weakly: a source freed meanwhile (a ZeRO-3 unit
+  // released after its forward) is not kept alive by the cache, and a later storage at the
+  // same address is told apart by the expired reference.
+  struct Entry {
+    std::weak_ptr<Storage> source;
+    Shape shape;
+    Strides strides;
+    Tensor cast;
+  };
+  std::map<std::tuple<const void*, int64_t, DType>, Entry> cache_entries;
 };
 
 ThreadState& state() {
@@ -94,12 +103,13 @@ Tensor autocast_cast(const Tensor& x, OpCategory category) {
   if (!s.cache || x.dtype() != DType::kF32) return x.to(target);
   const auto key = std::make_tuple(static_cast<const void*>(x.storage().get()), x.offset(), target);
   auto it = s.cache_entries.find(key);
-  if (it != s.cache_entries.end() && it->second.first.shape() == x.shape() &&
-      it->second.first.strides() == x.strides()) {
-    return it->second.second;
+  if (it != s.cache_entries.end() && !it->second.source.expired() &&
+      it->second.source.lock() == x.storage() && it->second.shape == x.shape() &&
+      it->second.strides == x.strides()) {
+    return it->second.cast;
   }
   Tensor cast = x.to(target);
-  s.cache_entries[key] = {x, cast};
+  s.cache_entries[key] = {x.storage(), x.shape(), x.strides(), cast};
   return cast;
 }
 

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+
 #include <thread>
 
 #include "braid/core/error.h"
@@ -90,6 +92,29 @@ TEST(Autocast, CastCacheLivesUntilTheOutermostScopeEnds) {
     Tensor a = autocast_cast(w, OpCategory::kMatmul);
     Tensor b = autocast_cast(w, OpCategory::kMatmul);
     EXPECT_FALSE(a.shares_storage(b));
+  }
+}
+
+// As torch's cached_casts: the cache holds its sources weakly. A released source (a ZeRO-3
+// unit after its forward) is freed, and a new tensor that the allocator places at the freed
+// address is cast afresh, not served the old cast.
+TEST(Autocast, CastCacheDoesNotKeepSourcesAlive) {
+  AutocastScope s(DType::kBF16);
+  std::weak_ptr<Storage> released;
+  {
+    Tensor w = Tensor::full({64, 64}, 1.0, DType::kF32);
+    Tensor cast = autocast_cast(w, OpCategory::kMatmul);
+    EXPECT_EQ(cast.to_vector()[0], 1.0);
+    released = w.storage();
+  }
+  EXPECT_TRUE(released.expired());  // the cache did not keep the f32 storage
+  // Same size again: the caching allocator hands out the freed block; if the storage object
+  // lands at the same address, the expired reference tells them apart. Either way the cast
+  // must be of the new values.
+  for (int i = 0; i < 8; ++i) {
+    Tensor w2 = Tensor::full({64, 64}, 2.0 + i, DType::kF32);
+    Tensor cast2 = autocast_cast(w2, OpCategory::kMatmul);
+    ASSERT_EQ(cast2.to_vector()[0], 2.0 + i) << "iteration " << i;
   }
 }
 

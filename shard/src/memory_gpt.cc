@@ -186,8 +186,9 @@ class GptReplay {
   void done(const Param& p) { s_.owner_done(p.unit, p.index); }
 
   // autocast_cast(p, kMatmul): under autocast an f32 parameter's low-precision copy, cached for
-  // the scope with a reference to its source storage (which the cache keeps alive); then
-  // .to(compute) when still different (linear.cc, param_in).
+  // the scope with a weak reference to its source storage (a released stage-3 unit is freed;
+  // its next gather is a new storage, a miss); then .to(compute) when still different
+  // (linear.cc, param_in).
   Buf param_in(const Param& p, DType compute) {
     Buf t;
     DType dt = pd();
@@ -196,11 +197,10 @@ class GptReplay {
         Buf source = s_.storage(p.unit);
         auto key = std::make_tuple(source.id(), p.unit, p.index);
         auto it = cache_.find(key);
-        if (it == cache_.end()) {
-          it = cache_
-                   .emplace(key,
-                            std::make_pair(source, l_.alloc(Term::kAutocastCache, p.numel, low_)))
-                   .first;
+        if (it == cache_.end() || it->second.first.expired()) {
+          // A new cast, then (an address reused after its source expired) the old entry goes.
+          Buf cast = l_.alloc(Term::kAutocastCache, p.numel, low_);
+          it = cache_.insert_or_assign(key, std::make_pair(source.weak(), cast)).first;
         }
         t = it->second.second;
       } else {
@@ -492,8 +492,9 @@ class GptReplay {
   std::optional<NormCtx> ln_f_;
   std::optional<LinearCtx> head_;
   std::optional<std::pair<Buf, Buf>> ce_;
-  // autocast's cast cache: (source storage, parameter) -> (source, cast)
-  std::map<std::tuple<const void*, size_t, size_t>, std::pair<Buf, Buf>> cache_;
+  // autocast's cast cache: (source storage, parameter) -> (source, weakly; cast)
+  std::map<std::tuple<const void*, size_t, size_t>, std::pair<std::weak_ptr<const void>, Buf>>
+      cache_;
 };
 
 void check_workload(const nn::GPTConfig& c, const GptWorkload& w) {

@@ -54,6 +54,8 @@ class Buf {
   int64_t numel() const { return entry_ ? entry_->numel : 0; }
   DType dtype() const { return entry_ ? entry_->dtype : DType::kF32; }
   const void* id() const { return entry_.get(); }
+  // A reference that does not keep the buffer alive (autocast's cache holds its sources so).
+  std::weak_ptr<const void> weak() const { return entry_; }
   void reset() { entry_.reset(); }
 
  private:

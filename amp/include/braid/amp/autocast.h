@@ -70,7 +70,8 @@ DType autocast_dtype(OpCategory category, DType input_dtype);
 // x converted to autocast_dtype(category, x.dtype()) (x itself when equal). With the cache
 // enabled, f32 tensors cast to the low dtype are cached per storage and view for the rest of
 // the outermost scope, as torch caches casts of weights: call it for parameters, not for
-// activations that change inside the scope.
+// activations that change inside the scope. The cache holds its sources weakly (torch's
+// cached_casts does too): it keeps the casts, not the f32 storages they came from.
 Tensor autocast_cast(const Tensor& x, OpCategory category);
 
 // The seed's get_mixed_precision_context_manager: an AutocastScope for the policy's low
