@@ -158,6 +158,9 @@ int train(const std::string& out, const std::vector<std::string>& a) {
       acc.save_state();
       acc.print("saved at step " + std::to_string(step) + "; killing this rank");
       std::fflush(stdout);
+      // No rank dies before the main process's line is written (else the launcher may stop
+      // it first and the log would not show the save).
+      acc.wait_for_everyone();
       std::raise(SIGKILL);  // the job dies here (braid launch stops the other ranks)
     }
   }
