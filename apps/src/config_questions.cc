@@ -1,7 +1,7 @@
 // `braid config`'s questionnaire: the machine, multi-node rendezvous, DeepSpeed-style ZeRO or
 // FSDP settings, process count and mixed precision, as `accelerate config` asks them
-// (docs/config.md, "braid config"). Questions about things braid does not have (TPUs, IPEX,
-// torch dynamo, Megatron-LM's tensor and pipeline parallelism) are not asked.
+// (docs/config.md, "braid config"), and Megatron-LM's tensor / pipeline parallelism.
+// Questions about things braid does not have (TPUs, IPEX, torch dynamo) are not asked.
 #include "config_questions.h"
 
 #include <cctype>
@@ -245,6 +245,27 @@ void ask_fsdp(Asker& ask, AcceleratorConfig& c) {
       false);
 }
 
+// accelerate config's Megatron-LM questions, in its order.
+void ask_megatron(Asker& ask, AcceleratorConfig& c) {
+  accel::MegatronLMPlugin& m = c.megatron_lm_plugin.emplace();
+  m.tp_degree = ask.integer("What is the Tensor Parallelism degree/size?", 1, 1);
+  if (m.tp_degree > 1) {
+    m.sequence_parallelism = ask.yes_no("Do you want to enable Sequence Parallelism?", true);
+  }
+  m.pp_degree = ask.integer("What is the Pipeline Parallelism degree/size?", 1, 1);
+  if (m.pp_degree > 1) {
+    m.num_micro_batches = ask.integer("What is the number of micro-batches?", 1, 1);
+  }
+  m.recompute_activations =
+      ask.yes_no("Do you want to enable selective activation recomputation?", true);
+  m.use_distributed_optimizer = ask.yes_no(
+      "Do you want to use distributed optimizer which shards optimizer state and gradients "
+      "across data parallel ranks?",
+      true);
+  m.gradient_clipping =
+      ask.real("What is the gradient clipping value based on global L2 Norm (0 to disable)?", 1.0);
+}
+
 }  // namespace
 
 accel::AcceleratorConfig ask_config_questions(std::istream& in, std::ostream& out) {
@@ -294,6 +315,11 @@ accel::AcceleratorConfig ask_config_questions(std::istream& in, std::ostream& ou
   } else if (multi && ask.yes_no("Do you want to use FullyShardedDataParallel?", false)) {
     c.distributed_type = DistributedType::kFsdp;
     ask_fsdp(ask, c);
+  } else if (multi && ask.yes_no("Do you want to use Megatron-LM (tensor and pipeline "
+                                 "parallelism, braid's own layers and schedules)?",
+                                 false)) {
+    c.distributed_type = DistributedType::kMegatronLm;
+    ask_megatron(ask, c);
   }
 
   if (c.distributed_type != DistributedType::kNo || multi) {

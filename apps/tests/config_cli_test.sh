@@ -158,6 +158,33 @@ expect_in "$out" "distributed_type: DEEPSPEED" "  zero_stage: 3" "  offload_opti
   "  gradient_accumulation_steps: 4" "  gradient_clipping: 0.5" "  zero3_init_flag: true" \
   "  zero3_save_16bit_model: true" "mixed_precision: fp16" "num_processes: 2"
 
+# Megatron-LM on one machine: tensor x pipeline parallel degrees.
+answers=(
+  1      # multi-CPU
+  ""     # one machine
+  ""     # debug: no
+  no     # DeepSpeed
+  no     # FSDP
+  yes    # Megatron-LM
+  2      # tp degree
+  no     # sequence parallelism
+  2      # pp degree
+  4      # micro-batches
+  no     # recompute
+  ""     # distributed optimizer: yes
+  0.5    # clipping
+  8      # processes
+  bf16   # precision
+)
+out=$(printf '%s\n' "${answers[@]}" | "$braid" config --config_file "$q")
+expect_in "$out" "What is the Tensor Parallelism degree/size?"
+out=$("$braid" config show --config_file "$q")
+expect_in "$out" "distributed_type: MEGATRON_LM" "  megatron_lm_tp_degree: 2" \
+  "  megatron_lm_pp_degree: 2" "  megatron_lm_num_micro_batches: 4" \
+  "  megatron_lm_sequence_parallelism: false" "  megatron_lm_recompute_activations: false" \
+  "  megatron_lm_use_distributed_optimizer: true" "  megatron_lm_gradient_clipping: 0.5" \
+  "num_processes: 8"
+
 # Every answer left empty (end of input): the defaults, one process without distribution.
 out=$("$braid" config --config_file "$q" </dev/null)
 expect_in "$out" "braid configuration saved at $q"
