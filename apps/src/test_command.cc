@@ -2,9 +2,11 @@
 // configuration. It starts --num_processes ranks of this same executable (`braid test
 // --worker`) through `braid launch`'s machinery; each rank builds an Accelerator from the
 // configuration (--config_file, else the default file, else ZeRO-3 over every rank), checks the
-// collectives, trains a small GPT for a few steps with gradient accumulation, checks that the
-// loss fell and that every rank holds the same model, and round-trips save_state / load_state
-// through a temporary folder. Exit code 0 and "braid test: all checks passed" on success.
+// collectives, trains a small GPT for a few steps with gradient accumulation (with tensor /
+// pipeline degrees: split over tp, pipeline stages over pp), checks that the loss fell and that
+// every rank holds the same model, and round-trips save_state / load_state through a temporary
+// folder. Exit code 0 and "braid test: all checks passed" on success.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -63,23 +65,31 @@ int worker(const TestOptions& o) {
     cfg.distributed_type = accel::DistributedType::kFsdp;
     cfg.fsdp_plugin = fsdp;
   }
-  cfg.gradient_accumulation_steps = 2;
+  // Two micro-batches a window; a pipeline's configured micro-batches instead.
+  const bool pipelined = cfg.megatron_lm_plugin && cfg.megatron_lm_plugin->pp_degree > 1;
+  cfg.gradient_accumulation_steps =
+      pipelined ? std::max<int64_t>(1, cfg.megatron_lm_plugin->num_micro_batches) : 2;
   cfg.gradient_accumulation_plugin.reset();
   cfg.seed = 7;
   accel::Accelerator acc(cfg);
   const int W = acc.num_processes(), r = acc.process_index();
-  acc.print("braid test: " + std::to_string(W) + " process(es), " +
+  const int D = acc.data_parallel_size(), d = acc.data_parallel_rank();
+  acc.print("braid test: " + std::to_string(W) + " process(es) (dp " + std::to_string(D) + ", pp " +
+            std::to_string(acc.pp_degree()) + ", tp " + std::to_string(acc.tp_degree()) + "), " +
             std::string(accel::distributed_type_name(acc.distributed_type())) + ", ZeRO stage " +
             std::to_string(static_cast<int>(acc.sharding_plan().options.stage)) +
             ", mixed precision " + std::string(amp::precision_type_name(acc.mixed_precision())));
 
-  // 1. Collectives: sum of ranks, gather order.
-  Tree sum = acc.reduce(Tree(Tensor::full({1}, double(r + 1), DType::kF64)), "sum");
-  check(sum.tensor().item() == double(W * (W + 1) / 2), "reduce(sum) gave a wrong value");
-  Tree all = acc.gather(Tree(Tensor::full({1}, double(r), DType::kF64)));
-  for (int q = 0; q < W; ++q) {
+  // 1. Collectives (over the data-parallel ranks): sum of ranks, gather order; and a broadcast
+  // from the last process to all.
+  Tree sum = acc.reduce(Tree(Tensor::full({1}, double(d + 1), DType::kF64)), "sum");
+  check(sum.tensor().item() == double(D * (D + 1) / 2), "reduce(sum) gave a wrong value");
+  Tree all = acc.gather(Tree(Tensor::full({1}, double(d), DType::kF64)));
+  for (int q = 0; q < D; ++q) {
     check(all.tensor().data<double>()[q] == double(q), "gather gave ranks out of order");
   }
+  Tree from_last = acc.broadcast(Tree(Tensor::full({1}, double(r), DType::kF64)), W - 1);
+  check(from_last.tensor().item() == double(W - 1), "broadcast gave a wrong value");
   acc.print("  collectives: ok");
 
   // 2. Training: the loss falls.
@@ -93,25 +103,45 @@ int worker(const TestOptions& o) {
   auto gpt = std::make_shared<nn::GPT>(g);
   Generator init(7);
   gpt->init_weights(init);
-  auto model = acc.prepare_model(gpt);
-  nn::AdamW opt(model->optimizer_parameters(), {.lr = 1e-2});
+  std::shared_ptr<shard::ShardedModel> model;
+  std::shared_ptr<shard::GPTPipeline> pipe;
+  if (pipelined) {
+    pipe = acc.prepare_pipeline(*gpt);
+  } else {
+    model = acc.prepare_model(gpt);
+  }
+  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(), {.lr = 1e-2});
   acc.prepare_optimizer(opt);
   nn::DataLoader loader(std::make_shared<PatternDataset>(), {.batch_size = 2});
   nn::DataLoader data = acc.prepare_data_loader(loader);
-  nn::CrossEntropyLoss ce;
+  accel::CrossEntropy ce = acc.cross_entropy();
+  const int64_t M = acc.gradient_accumulation_steps();
+  std::vector<Tensor> ids, labels;
   double first = -1, last = 0, window = 0;
   for (int epoch = 0; epoch < 3; ++epoch) {
     data.set_epoch(epoch);
+    ids.clear();
+    labels.clear();
     for (const Tree& batch : data) {
-      auto accumulate = acc.accumulate(data);
-      {
-        auto autocast = acc.autocast();
-        Tensor logits = model->forward(batch.at("input_ids").tensor());
-        window += ce.forward(logits, batch.at("labels").tensor()).item();
-        acc.backward(*model, ce.backward());
+      if (pipe) {
+        ids.push_back(batch.at("input_ids").tensor());
+        labels.push_back(batch.at("labels").tensor());
+        if (static_cast<int64_t>(ids.size()) < M) continue;
+        window = acc.pipeline_step(*pipe, ids, labels, &data) * double(M);
+        ids.clear();
+        labels.clear();
+        acc.clip_grad_norm_(*pipe, 1.0);
+      } else {
+        {
+          auto accumulate = acc.accumulate(data);
+          auto autocast = acc.autocast();
+          Tensor logits = model->forward(batch.at("input_ids").tensor());
+          window += ce.forward(logits, batch.at("labels").tensor()).item();
+          acc.backward(*model, ce.backward());
+        }
+        if (!acc.sync_gradients()) continue;
+        acc.clip_grad_norm_(*model, 1.0);
       }
-      if (!acc.sync_gradients()) continue;
-      acc.clip_grad_norm_(*model, 1.0);
       acc.step(opt);
       acc.zero_grad(opt);
       last = acc.reduce(Tree(Tensor::full({1}, window, DType::kF64))).tensor().item();
@@ -122,13 +152,16 @@ int worker(const TestOptions& o) {
   acc.print("  training: loss " + std::to_string(first) + " -> " + std::to_string(last));
   check(std::isfinite(last) && last < 0.7 * first, "the loss did not fall by 30%");
 
-  // 3. Every rank holds the same model.
+  // 3. Every rank holds the same model (whole: shards gathered, tp slices joined, stages
+  // from their ranks).
+  const auto whole = [&] { return pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model); };
   double local = 0;
-  for (auto& [name, t] : model->full_state_dict())
-    local += braid::sum(abs(t.to(DType::kF64))).item();
-  Tree sums = acc.gather(Tree(Tensor::full({1}, local, DType::kF64)));
+  for (auto& [name, t] : whole()) local += braid::sum(abs(t.to(DType::kF64))).item();
+  Tensor mine = Tensor::full({1}, local, DType::kF64);
+  Tensor sums = Tensor::empty({W}, DType::kF64);
+  acc.process_group()->all_gather_into(sums, mine);
   for (int q = 1; q < W; ++q) {
-    check(sums.tensor().data<double>()[q] == sums.tensor().data<double>()[0],
+    check(sums.data<double>()[q] == sums.data<double>()[0],
           "rank " + std::to_string(q) + " holds a different model");
   }
   acc.print("  replicas: ok");
@@ -139,20 +172,24 @@ int worker(const TestOptions& o) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() /
       ("braid_test_" + std::string(port != nullptr ? port : "single") + "_" + std::to_string(W));
-  const auto before = model->full_state_dict();
+  const auto before = whole();
   acc.save_state(dir);
   // One more window changes the model and the optimizer; load_state must undo it.
   Tree batch = nn::default_collate({PatternDataset().get(0), PatternDataset().get(1)});
-  for (int i = 0; i < 2; ++i) {
-    auto accumulate = acc.accumulate();
-    ce.forward(model->forward(batch.at("input_ids").tensor()), batch.at("labels").tensor());
-    acc.backward(*model, ce.backward());
+  if (pipe) {
+    acc.pipeline_step(*pipe, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
+                      std::vector<Tensor>(M, batch.at("labels").tensor()));
+  } else {
+    for (int i = 0; i < M; ++i) {
+      auto accumulate = acc.accumulate();
+      ce.forward(model->forward(batch.at("input_ids").tensor()), batch.at("labels").tensor());
+      acc.backward(*model, ce.backward());
+    }
   }
   acc.step(opt);
-  check(!equal(model->full_state_dict()[0].second, before[0].second),
-        "the extra step changed nothing");
+  check(!equal(whole()[0].second, before[0].second), "the extra step changed nothing");
   acc.load_state(dir);
-  const auto after = model->full_state_dict();
+  const auto after = whole();
   for (size_t i = 0; i < before.size(); ++i) {
     check(equal(before[i].second, after[i].second),
           "load_state did not restore " + before[i].first);
