@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "braid/comm/object.h"
 #include "braid/comm/rank_info.h"
 #include "braid/comm/tree_ops.h"
 #include "braid/core/allocator.h"
@@ -140,7 +141,7 @@ std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
   return sm;
 }
 
-std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(const nn::GPT& gpt) {
+std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(nn::GPT& gpt) {
   BRAID_CHECK(models_.empty() && pipeline_ == nullptr, kInvalidArgument,
               "Accelerator::prepare_pipeline: one model (or pipeline) per Accelerator here");
   BRAID_CHECK(config_.mixed_precision != amp::PrecisionType::kFp16, kNotSupported,
@@ -152,6 +153,7 @@ std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(const nn::GPT&
               kInvalidArgument, "Accelerator::prepare_pipeline: megatron_lm_num_micro_batches ",
               plan_.num_micro_batches, " and gradient accumulation steps ", accumulation_.num_steps,
               " disagree; a pipeline step runs the micro-batches of one window: give one");
+  accumulation_.num_steps = M;  // gradient_accumulation_steps(): the window a step runs
   // A one-stage pipeline without a mesh: pp and tp are one-rank groups of this process.
   std::shared_ptr<ProcessGroup> pp, tp;
   if (mesh_) {
@@ -179,7 +181,7 @@ std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(const nn::GPT&
     o.sharding.wrap.kind = shard::WrapKind::kNoWrap;
   }
   pipeline_ = std::make_shared<shard::GPTPipeline>(cfg, pp, o);
-  pipeline_->load_state_dict(const_cast<nn::GPT&>(gpt).state_dict());
+  pipeline_->load_state_dict(gpt.state_dict());
   vocab_size_ = cfg.vocab_size;
   return pipeline_;
 }
@@ -608,46 +610,17 @@ NamedTensors Accelerator::get_state_dict(shard::ShardedModel& model) {
 }
 
 NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
-  // Each stage's tensors, whole (tp gathered), from the first rank of its dp x tp block:
-  // names and shapes all-gathered, then one broadcast per tensor from its owner.
+  // Each stage's tensors, whole (tp gathered), from the first rank of its dp x tp block, to
+  // every process (an object all-gather: names, shapes and data in rank order).
   NamedTensors mine = pipeline.global_state_dict();  // collective over dp and tp
   const bool owner = !mesh_ || (mesh_->local_rank("dp") == 0 && mesh_->local_rank("tp") == 0);
-  nlohmann::json list = nlohmann::json::array();
+  Tree::Map map;
   if (owner) {
-    for (auto& [name, t] : mine) {
-      list.push_back({{"name", name}, {"shape", t.shape()}, {"dtype", dtype_name(t.dtype())}});
-    }
+    for (auto& [name, t] : mine) map.emplace_back(name, Tree(t));
   }
-  const std::string text = list.dump();
-  Tensor local = Tensor::empty({static_cast<int64_t>(text.size())}, DType::kU8);
-  std::copy(text.begin(), text.end(), local.data<uint8_t>());
-  // Lengths first (all_gather_into needs equal sizes), then the padded texts.
-  Tensor len = Tensor::full({1}, static_cast<double>(text.size()), DType::kF64);
-  Tensor lens = Tensor::empty({pg_->size()}, DType::kF64);
-  pg_->all_gather_into(lens, len);
-  int64_t longest = 0;
-  for (int r = 0; r < pg_->size(); ++r) {
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(lens.data<double>()[r]));
-  }
-  Tensor padded = Tensor::zeros({longest}, DType::kU8);
-  if (!text.empty()) padded.narrow(0, 0, local.numel()).copy_(local);
-  Tensor all = Tensor::empty({longest * pg_->size()}, DType::kU8);
-  pg_->all_gather_into(all, padded);
-  std::map<std::string, Tensor> own;
-  for (auto& [name, t] : mine) own.emplace(name, t);
   NamedTensors out;
-  for (int r = 0; r < pg_->size(); ++r) {
-    const auto n = static_cast<size_t>(lens.data<double>()[r]);
-    const auto* bytes = reinterpret_cast<const char*>(all.data<uint8_t>() + r * longest);
-    for (const auto& e : nlohmann::json::parse(std::string(bytes, n))) {
-      const std::string name = e.at("name").get<std::string>();
-      Tensor t = r == process_index()
-                     ? own.at(name).contiguous().clone()
-                     : Tensor::empty(e.at("shape").get<Shape>(),
-                                     parse_dtype(e.at("dtype").get<std::string>()));
-      pg_->broadcast(t, r);
-      out.emplace_back(name, t);
-    }
+  for (const Tree& rank : all_gather_object(*pg_, Tree(std::move(map)))) {
+    for (const auto& [name, t] : rank.map()) out.emplace_back(name, t.tensor());
   }
   return out;
 }

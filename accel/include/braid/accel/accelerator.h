@@ -132,8 +132,9 @@ class Accelerator {
   // pp_degree >= 1: the GPT cut into pp_degree stages (shard::GPTPipeline, 1F1B) over the pp
   // group, each stage split over tp and sharded over dp with the plan's options, loaded from
   // `gpt`'s values (the same whole model on every rank). num_micro_batches per step: the
-  // plan's, else gradient_accumulation_steps. fp16 (GradScaler) is not supported here.
-  std::shared_ptr<shard::GPTPipeline> prepare_pipeline(const nn::GPT& gpt);
+  // plan's, else gradient_accumulation_steps; gradient_accumulation_steps() returns it after.
+  // fp16 (GradScaler) is not supported here.
+  std::shared_ptr<shard::GPTPipeline> prepare_pipeline(nn::GPT& gpt);
   // The loss for the prepared GPT (vocab-parallel under tp_degree > 1).
   CrossEntropy cross_entropy(nn::CrossEntropyOptions options = {}) const;
   // The optimizer built on prepare_model(...)->optimizer_parameters(): applies the plugin's
