@@ -144,9 +144,6 @@ std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
 std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(nn::GPT& gpt) {
   BRAID_CHECK(models_.empty() && pipeline_ == nullptr, kInvalidArgument,
               "Accelerator::prepare_pipeline: one model (or pipeline) per Accelerator here");
-  BRAID_CHECK(config_.mixed_precision != amp::PrecisionType::kFp16, kNotSupported,
-              "Accelerator::prepare_pipeline: mixed_precision fp16 (loss scaling inside the "
-              "pipeline's schedule) is not built; use bf16");
   const int64_t M = plan_.num_micro_batches > 0 ? plan_.num_micro_batches : accumulation_.num_steps;
   BRAID_CHECK(plan_.num_micro_batches <= 0 || accumulation_.num_steps == 1 ||
                   accumulation_.num_steps == plan_.num_micro_batches,
@@ -354,11 +351,18 @@ double Accelerator::pipeline_step(shard::GPTPipeline& pipeline, const std::vecto
   BRAID_CHECK(!in_accumulate_, kInvalidArgument,
               "Accelerator::pipeline_step: a pipeline step is a whole window; call it outside "
               "accumulate()");
+  const bool scaled = scaler_ && scaler_->is_enabled();
+  // fp16: the loss gradient scaled as GradScaler::scale does (its f32 scale).
+  if (scaled) {
+    pipeline.pipeline().set_loss_scale(static_cast<float>(scaler_->get_scale()));
+  }
   double loss = 0;
   {
     auto scope = autocast();
     loss = pipeline.step(ids, labels);  // finishes the gradients: 1 / (M x dp)
   }
+  // Unscaled (found-inf agreed by every process) before clipping, as finish_gradients does.
+  if (scaled && optimizer_ != nullptr) scaler_->unscale_(*optimizer_);
   for (size_t m = 0; m < ids.size(); ++m) advance_loader(loader);
   micro_in_window_ = 0;
   window_size_ = static_cast<int64_t>(ids.size());
@@ -377,10 +381,17 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
   if (!sync_gradients_) return false;
   if (pipeline_) {
     BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::step: run pipeline_step first");
-    optimizer.step();
+    bool stepped = true;
+    if (scaler_ && scaler_->is_enabled()) {
+      stepped = scaler_->step(optimizer);  // skipped when any process found Inf / NaN
+      scaler_->update();
+    } else {
+      optimizer.step();
+    }
+    step_was_skipped_ = !stepped;
     pipeline_->after_step();
     finished_ = false;
-    return true;
+    return stepped;
   }
   BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
   finish_gradients(*models_.front());

@@ -63,6 +63,7 @@ struct Pipeline::Impl {
   nn::Parameter replica;             // on stage S - 1's rank
   bool publish_weight = false;       // set by step(), cleared by stage 0's first forward
   std::vector<std::shared_ptr<const TensorParallelPlan>> plans;  // per chunk, with tp_group
+  double loss_scale = 1.0;                                       // set_loss_scale
   Tensor pending_tied_grad;  // added by the owner's pre_backward hook
 
   // One step's state.
@@ -198,6 +199,8 @@ struct Pipeline::Impl {
         ce->restore_saved(take(saved_loss, key, "saved loss"));
         g = ce->backward();
       }
+      // fp16: the scaled loss's gradient (GradScaler::scale's f32 product).
+      if (loss_scale != 1.0) g = mul(g.to(DType::kF32), Scalar(loss_scale));
     } else {
       g = take(out_grads, key, "received gradient");
     }
@@ -414,6 +417,12 @@ std::vector<nn::Parameter> Pipeline::parameters() const {
 
 void Pipeline::after_step() {
   for (auto& sm : impl_->sharded) sm->after_step();
+}
+
+void Pipeline::set_loss_scale(double scale) {
+  BRAID_CHECK(std::isfinite(scale) && scale > 0, kInvalidArgument,
+              "Pipeline::set_loss_scale: expected a finite scale > 0, got ", scale);
+  impl_->loss_scale = scale;
 }
 
 double Pipeline::clip_grad_norm_(double max_norm) {

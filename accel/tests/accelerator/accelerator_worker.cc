@@ -10,7 +10,8 @@
 //       step K, then SIGKILL itself; --resume: load_state the latest and continue.
 //   accelerator_worker metrics      gather_for_metrics over 10 samples in batches of 2
 //   accelerator_worker batch-size   find_executable_batch_size with rank 1 failing above 16
-//   accelerator_worker parallel OUT --tp T --pp P [--sp] [--steps N]
+//   accelerator_worker parallel OUT --tp T --pp P [--sp] [--steps N] [--precision fp16|bf16]
+//                      [--init-scale S] [--backoff B]
 //       The same global batch (4 micro-batches of 2) on a (dp, pp, tp) mesh: prepare_model
 //       (tp) or prepare_pipeline (pp > 1), cross_entropy, pipeline_step, clip_grad_norm_ at
 //       0.05; prints each step's loss and norm (%.9g) for run_accelerator.sh to compare with
@@ -179,6 +180,10 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
   cfg.fsdp_plugin = fsdp;
   cfg.megatron_lm_plugin = accel::MegatronLMPlugin{
       .tp_degree = tp, .pp_degree = pp, .sequence_parallelism = flag(a, "--sp")};
+  cfg.mixed_precision = amp::parse_precision_type(arg(a, "--precision", "no"));
+  // fp16: a scale that overflows the first steps (skipped, backed off) when asked.
+  cfg.grad_scaler_kwargs.init_scale = std::stod(arg(a, "--init-scale", "65536"));
+  cfg.grad_scaler_kwargs.backoff_factor = std::stod(arg(a, "--backoff", "0.5"));
   auto world = ProcessGroup::create({});
   const int64_t dp = world->size() / (tp * pp);
   BRAID_CHECK(dp >= 1 && 4 % dp == 0, kInvalidArgument, "dp ", dp, " must divide 4");
@@ -255,6 +260,7 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     } else {
       {
         auto accumulate = acc.accumulate(train);
+        auto autocast = acc.autocast();
         Tensor logits = model->forward(batch.at("input_ids").tensor());
         loss_sum += ce.forward(logits, batch.at("labels").tensor()).item();
         acc.backward(*model, ce.backward());
@@ -267,8 +273,9 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     Tree mean = acc.reduce(
         Tree(Tensor::full({1}, loss_sum / double(acc.gradient_accumulation_steps()), DType::kF64)));
     char line[128];
-    std::snprintf(line, sizeof line, "step %lld loss %.9g norm %.9g", static_cast<long long>(step),
-                  mean.tensor().item(), norm);
+    std::snprintf(line, sizeof line, "step %lld loss %.9g norm %.9g%s",
+                  static_cast<long long>(step), mean.tensor().item(), norm,
+                  acc.optimizer_step_was_skipped() ? " skipped" : "");
     acc.print(line);
     loss_sum = 0;
     ++step;

@@ -8,7 +8,8 @@
 # parallel: tensor and pipeline parallelism through the Accelerator (tp 2, pp 2, tp 2 with
 #          sequence parallelism, tp 2 x pp 2, dp 2 x pp 2 x tp 2): each step's loss and global
 #          gradient norm (clipped at 0.05) within 1e-6 of one process's (fp32; the split layers
-#          add in another order), the dp split of the data, get_state_dict / save_model whole.
+#          add in another order), the dp split of the data, get_state_dict / save_model whole;
+#          fp16 through pipelines with skipped (overflowing) steps within 1e-3.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
 #          and the other methods (misc).
 set -euo pipefail
@@ -63,21 +64,42 @@ train)
   same ref_const resumed_w4
   ;;
 parallel)
-  steps() { grep -o "step [0-9]* loss [^ ]* norm [^ ]*" "$out/$1.log"; }
+  # "step N loss X norm Y S" with S = 1 for a skipped (fp16 overflow) step, else 0.
+  steps() { grep -oE "step [0-9]+ loss [^ ]+ norm [^ ]+( skipped)?" "$out/$1.log" |
+    sed -E 's/ skipped$/ 1/; t; s/$/ 0/'; }
+  compare() { # reference name tolerance
+    [[ $(steps "$1" | wc -l) -eq $(steps "$2" | wc -l) && $(steps "$1" | wc -l) -ge 3 ]] ||
+      { echo "FAIL: $2 and $1 ran different numbers of steps" >&2; exit 1; }
+    paste -d' ' <(steps "$1") <(steps "$2") | awk -v name="$2" -v tol="$3" '
+      function off(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+      { bad_line = $7 != $14 || off($4, $11) > tol || ($7 == 0 && off($6, $13) > tol)
+        if (bad_line) { print "FAIL: " name ": " $0; bad = 1 } }
+      END { exit bad }' || exit 1
+    echo "$2: every step's loss and norm within $3 of $1 (and the same steps skipped)"
+  }
+  cases=("tp2 2 --tp 2 --pp 1" "pp2 2 --tp 1 --pp 2" "tp2sp 2 --tp 2 --pp 1 --sp"
+         "tp2pp2 4 --tp 2 --pp 2" "dp2pp2tp2 8 --tp 2 --pp 2")
   run one 1 parallel "$out/one" --tp 1 --pp 1
-  [[ $(steps one | wc -l) -eq 3 ]] || { cat "$out/one.log"; echo "FAIL: one: 3 steps expected" >&2; exit 1; }
-  for c in "tp2 2 --tp 2 --pp 1" "pp2 2 --tp 1 --pp 2" "tp2sp 2 --tp 2 --pp 1 --sp" \
-           "tp2pp2 4 --tp 2 --pp 2" "dp2pp2tp2 8 --tp 2 --pp 2"; do
+  for c in "${cases[@]}"; do
     set -- $c
     name=$1 n=$2
     shift 2
     run "$name" "$n" parallel "$out/$name" "$@"
     grep -q "parallel OK" "$out/$name.log" || { echo "FAIL: $name did not finish" >&2; exit 1; }
-    paste -d' ' <(steps one) <(steps "$name") | awk -v name="$name" '
-      function off(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
-      { if (off($4, $10) > 1e-6 || off($6, $12) > 1e-6) { print "FAIL: " name ": " $0; bad = 1 } n++ }
-      END { if (n != 3 || bad) exit 1 }' || exit 1
-    echo "$name: 3 steps' losses and norms within 1e-6 of one process"
+    compare one "$name" 1e-6
+  done
+  # fp16 with a GradScaler whose first scale overflows: steps 0 and 1 skipped everywhere, the
+  # rest within fp16's rounding of one process.
+  fp16=(--precision fp16 --steps 4 --init-scale 1073741824 --backoff 0.00390625)
+  run one_fp16 1 parallel "$out/one_fp16" --tp 1 --pp 1 "${fp16[@]}"
+  [[ $(steps one_fp16 | awk '$7 == 1' | wc -l) -eq 2 ]] ||
+    { cat "$out/one_fp16.log"; echo "FAIL: one_fp16 should skip 2 steps" >&2; exit 1; }
+  for c in "pp2_fp16 2 --tp 1 --pp 2" "tp2pp2_fp16 4 --tp 2 --pp 2"; do
+    set -- $c
+    name=$1 n=$2
+    shift 2
+    run "$name" "$n" parallel "$out/$name" "$@" "${fp16[@]}"
+    compare one_fp16 "$name" 1e-3
   done
   ;;
 methods)

@@ -133,7 +133,7 @@ class Accelerator {
   // group, each stage split over tp and sharded over dp with the plan's options, loaded from
   // `gpt`'s values (the same whole model on every rank). num_micro_batches per step: the
   // plan's, else gradient_accumulation_steps; gradient_accumulation_steps() returns it after.
-  // fp16 (GradScaler) is not supported here.
+  // fp16: the GradScaler scales the last stage's loss gradient (Pipeline::set_loss_scale).
   std::shared_ptr<shard::GPTPipeline> prepare_pipeline(nn::GPT& gpt);
   // The loss for the prepared GPT (vocab-parallel under tp_degree > 1).
   CrossEntropy cross_entropy(nn::CrossEntropyOptions options = {}) const;

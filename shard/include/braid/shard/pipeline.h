@@ -246,6 +246,9 @@ class Pipeline {
   std::vector<nn::Parameter> parameters() const;
   // After the optimizer step: ShardedModel::after_step() for each chunk (nothing without DP).
   void after_step();
+  // Loss scaling (fp16's GradScaler): the last stage multiplies each micro-batch's loss
+  // gradient by `scale` in f32, as GradScaler::scale does (1: none). Every rank sets the same.
+  void set_loss_scale(double scale);
   // Gradient clipping over the whole model (after step()): the 2-norm of every stage's
   // gradient, the tied replica left out, split parameters counted once over tp_group and
   // shards over dp_group; each chunk's sum of squares (ShardedModel::clip_grad_norm_, or
