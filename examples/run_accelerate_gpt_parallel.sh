@@ -7,6 +7,8 @@
 #   - interrupted at step 10 and resumed, tp 2 and pp 2 each give their uninterrupted run's
 #     model.safetensors bit for bit;
 #   - a tp 2 checkpoint resumed with pp 2 (the same number of processes) finishes within 1e-3;
+#   - interleaved 1F1B (4 layers, two chunks per rank): resumed == uninterrupted, and its
+#     checkpoint resumed with tp 2 within 1e-3;
 #   - every model.safetensors has the reference's tensors and shapes, values within 2e-2.
 #   run_accelerate_gpt_parallel.sh BRAID ACCELERATE_GPT CONFIG OUTDIR
 set -euo pipefail
@@ -66,6 +68,22 @@ cp -r "$out/tp2_split/checkpoints" "$out/cross/"
 rm -rf "$out/cross/checkpoints/checkpoint_1"
 launch 2 cross --output_dir "$out/cross" --resume true --pp_degree 2
 close cross zero3
+
+# Interleaved 1F1B (4 layers, one per virtual stage: two chunks per rank): interrupted and
+# resumed equals uninterrupted; its checkpoint (both chunks' pieces in one folder) resumed with
+# tp 2 finishes within 1e-3 of it.
+vpp=(--n_layer 4 --pp_degree 2 --megatron_lm_num_layers_per_virtual_pipeline_stage 1)
+launch 2 vpp --output_dir "$out/vpp" "${vpp[@]}"
+launch 2 vpp_first --output_dir "$out/vpp_split" --stop_after 10 "${vpp[@]}"
+launch 2 vpp_second --output_dir "$out/vpp_split" --resume true "${vpp[@]}"
+cmp "$out/vpp/model.safetensors" "$out/vpp_split/model.safetensors" ||
+  { echo "FAIL: vpp resumed differs from uninterrupted" >&2; exit 1; }
+echo "vpp: resumed run == uninterrupted run (bit for bit)"
+mkdir -p "$out/vpp_cross"
+cp -r "$out/vpp_split/checkpoints" "$out/vpp_cross/"
+rm -rf "$out/vpp_cross/checkpoints/checkpoint_1"
+launch 2 vpp_cross --output_dir "$out/vpp_cross" --resume true --n_layer 4 --tp_degree 2
+close vpp_cross vpp
 
 # Every model.safetensors against the reference, read by the safetensors package.
 python3 - "$out" <<'PY'

@@ -166,6 +166,11 @@ std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(nn::GPT& gpt) 
   if (plan_.activation_checkpointing) cfg.activation_checkpointing = true;
   shard::PipelineOptions o;
   o.schedule = shard::PipelineSchedule::k1F1B;
+  if (plan_.num_layers_per_virtual_pipeline_stage > 0) {
+    // Megatron's virtual pipeline: v = n_layer / (pp x L) chunks per rank, interleaved 1F1B.
+    o.schedule = shard::PipelineSchedule::kInterleaved1F1B;
+    o.num_layers_per_virtual_pipeline_stage = plan_.num_layers_per_virtual_pipeline_stage;
+  }
   o.num_micro_batches = M;
   o.dp_group = dp_;
   o.sharding = plan_.options;
@@ -505,19 +510,25 @@ std::filesystem::path Accelerator::checkpoint_folder(bool for_load) const {
   return root / ("checkpoint_" + std::to_string(best));
 }
 
-std::vector<shard::ShardedModel*> Accelerator::checkpointed_models(const char* what) const {
-  std::vector<shard::ShardedModel*> out;
+std::vector<std::vector<shard::ShardedModel*>> Accelerator::checkpointed_models(
+    const char* what) const {
+  std::vector<std::vector<shard::ShardedModel*>> out;
   if (pipeline_) {
-    out.push_back(pipeline_->pipeline().sharded(0));  // one chunk per rank (1F1B)
+    // A pipeline rank's chunks (several with virtual stages) share the optimizer and a folder.
+    std::vector<shard::ShardedModel*> chunks;
+    for (int64_t c = 0; c < pipeline_->pipeline().shape().virtual_stages; ++c) {
+      chunks.push_back(pipeline_->pipeline().sharded(c));
+    }
+    out.push_back(chunks);
   } else {
-    for (auto& m : models_) out.push_back(m.get());
+    for (auto& m : models_) out.push_back({m.get()});
   }
   BRAID_CHECK(!out.empty(), kInvalidArgument, "Accelerator::", what, ": prepare a model first");
   return out;
 }
 
 std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) {
-  const std::vector<shard::ShardedModel*> models = checkpointed_models("save_state");
+  const auto models = checkpointed_models("save_state");
   const bool automatic = dir.empty();
   const std::filesystem::path folder = automatic ? checkpoint_folder(false) : dir;
   if (is_main_process()) std::filesystem::create_directories(folder);
@@ -531,8 +542,8 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
                                      .scaler = i == 0 ? scaler_.get() : nullptr,
                                      .rng_states = i == 0};
-    models[i]->save_checkpoint(sub, i == 0 ? optimizer_ : nullptr,
-                               {{"iteration", std::to_string(iteration_)}}, extra);
+    shard::ShardedModel::save_checkpoint(models[i], sub, i == 0 ? optimizer_ : nullptr,
+                                         {{"iteration", std::to_string(iteration_)}}, extra);
   }
   if (is_main_process()) {
     for (size_t i = 0; i < loaders_.size(); ++i) {
@@ -571,7 +582,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
 }
 
 void Accelerator::load_state(const std::filesystem::path& dir) {
-  const std::vector<shard::ShardedModel*> models = checkpointed_models("load_state");
+  const auto models = checkpointed_models("load_state");
   const bool automatic = dir.empty();
   const std::filesystem::path folder = automatic ? checkpoint_folder(true) : dir;
   BRAID_CHECK(std::filesystem::is_directory(folder / "model"), kInvalidArgument,
@@ -582,7 +593,7 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
                                      .scaler = i == 0 ? scaler_.get() : nullptr,
                                      .rng_states = i == 0};
-    models[i]->load_checkpoint(sub, i == 0 ? optimizer_ : nullptr, extra);
+    shard::ShardedModel::load_checkpoint(models[i], sub, i == 0 ? optimizer_ : nullptr, extra);
   }
   resumed_.clear();
   for (size_t i = 0;; ++i) {

@@ -244,6 +244,13 @@ void map_model_parallel(const AcceleratorConfig& c, ShardingPlan& plan) {
     plan.pp_degree = m.pp_degree;
     plan.sequence_parallel = m.sequence_parallelism;
     if (m.num_micro_batches > 1) plan.num_micro_batches = m.num_micro_batches;
+    plan.num_layers_per_virtual_pipeline_stage = m.num_layers_per_virtual_pipeline_stage;
+    if (m.num_layers_per_virtual_pipeline_stage > 0 && plan.pp_degree == 1) {
+      plan.warnings.push_back(
+          "megatron_lm_config.megatron_lm_num_layers_per_virtual_pipeline_stage applies to "
+          "pipeline parallelism (pp_degree > 1); ignored");
+      plan.num_layers_per_virtual_pipeline_stage = 0;
+    }
     if (m.sequence_parallelism && plan.tp_degree == 1) {
       plan.warnings.push_back(
           "megatron_lm_config.megatron_lm_sequence_parallelism applies to "

@@ -440,6 +440,10 @@ void add_megatron_and_parallelism(std::vector<KeyInfo>& t) {
               {"MEGATRON_LM_PP_DEGREE"});
     b.integer("megatron_lm_num_micro_batches", &M::num_micro_batches, 1, kMax, "a positive integer",
               {"MEGATRON_LM_NUM_MICRO_BATCHES"});
+    b.integer("megatron_lm_num_layers_per_virtual_pipeline_stage",
+              &M::num_layers_per_virtual_pipeline_stage, 0, kMax,
+              "a non-negative integer (0: no virtual stages)",
+              {"MEGATRON_LM_NUM_LAYERS_PER_VIRTUAL_PIPELINE_STAGE"});
     b.real("megatron_lm_gradient_clipping", &M::gradient_clipping, 0, true,
            "a non-negative number (0: off)", {"MEGATRON_LM_GRADIENT_CLIPPING"});
     b.boolean("megatron_lm_sequence_parallelism", &M::sequence_parallelism,

@@ -4,6 +4,7 @@
 // into any other (docs/sharding.md, "Checkpoints of a ShardedModel").
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -92,22 +93,20 @@ ProcessGroup& ShardedModel::Impl::checkpoint_group() const {
   return options.checkpoint_group ? *options.checkpoint_group : *pg;
 }
 
-void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
-                                   const nn::Optimizer* optimizer, const StringMap& metadata,
-                                   const TrainingState& extra) {
+void ShardedModel::append_checkpoint_pieces(std::vector<Piece>& pieces,
+                                            const nn::OptimizerState* st, size_t first_param) {
   impl_->drain();
-  ProcessGroup& group = impl_->checkpoint_group();
   const TensorParallelPlan* plan = options_.tensor_parallel.get();
   const bool stage0 = options_.stage == ZeroStage::k0;
-  std::vector<Piece> pieces;
+  std::vector<Piece> mine;
   // Local elements [lo, hi) of `up`, whose element lo is element `at` of the 1-D `source`.
   // Under tensor parallelism a replicated parameter is written by tp rank 0 alone.
   const auto emit = [&](const std::string& prefix, const UnitParam& up, int64_t lo, int64_t hi,
                         const Tensor& source, int64_t at) {
     if (plan != nullptr && !plan->writes(up.param)) return;
     for (const ElementRun& run : runs_of(plan, up, lo, hi)) {
-      pieces.push_back(Piece{prefix + up.name, global_shape_of(plan, up), run.global_offset,
-                             source.narrow(0, at + run.local_offset - lo, run.count).contiguous()});
+      mine.push_back(Piece{prefix + up.name, global_shape_of(plan, up), run.global_offset,
+                           source.narrow(0, at + run.local_offset - lo, run.count).contiguous()});
     }
   };
   // Unit u's values as this rank's shard [count] of its flat buffer.
@@ -129,49 +128,107 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
              impl_->stage0_target(up).data().reshape({up.numel}), r.lo - up.offset);
       }
     } else {
-      UnitState& st = impl_->states[u];
-      add_pieces("", u, impl_->master_shard(st));
-      if (impl_->param_store && !st.shard_param.defined()) {
-        impl_->param_store->release(impl_->shard_key(st));
+      UnitState& st_u = impl_->states[u];
+      add_pieces("", u, impl_->master_shard(st_u));
+      if (impl_->param_store && !st_u.shard_param.defined()) {
+        impl_->param_store->release(impl_->shard_key(st_u));
       }
     }
   }
+  if (st != nullptr) {
+    // Optimizer parameter first_param + i: unit i's shard (stages 1-3) or the i-th model
+    // parameter (stage 0, in unit order: stage0_params).
+    std::vector<std::pair<size_t, const UnitParam*>> stage0_index;
+    for (size_t u = 0; u < impl_->states.size(); ++u) {
+      for (const auto& up : impl_->states[u].unit->params) stage0_index.emplace_back(u, &up);
+    }
+    const size_t count = stage0 ? stage0_index.size() : impl_->states.size();
+    for (const auto& [key, t] : st->tensors) {
+      int64_t index = 0;
+      std::string name;
+      BRAID_CHECK(parse_state_key(key, &index, &name), kInternal, "unexpected optimizer key ", key);
+      if (index < static_cast<int64_t>(first_param) ||
+          index >= static_cast<int64_t>(first_param + count)) {
+        continue;  // another model's parameter (a pipeline's other chunk)
+      }
+      const auto i = static_cast<size_t>(index) - first_param;
+      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
+      if (stage0) {
+        const auto [u, up] = stage0_index.at(i);
+        const Run r = run_of(*up, impl_->states[u].shard);
+        if (r.empty()) continue;
+        emit(prefix, *up, r.lo - up->offset, r.hi - up->offset, t.reshape({up->numel}),
+             r.lo - up->offset);
+      } else {
+        add_pieces(prefix, i, t);
+      }
+    }
+  }
+  // HSDP: every replica holds the same shards; the first replica writes them.
+  if (impl_->replicas && impl_->replicas->rank() != 0) mine.clear();
+  for (auto& p : mine) pieces.push_back(std::move(p));
+}
+
+void ShardedModel::set_parked(bool parked) {
+  if (!impl_->param_store || impl_->states.empty()) return;
+  for (auto& s : impl_->states) {
+    if (parked) {
+      impl_->park(s, /*changed=*/false);
+    } else {
+      impl_->unpark(s);
+    }
+  }
+}
+
+bool ShardedModel::parked() const {
+  return impl_->param_store && !impl_->states.empty() &&
+         !impl_->states.front().shard_param.defined();
+}
+
+void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
+                                   const nn::Optimizer* optimizer, const StringMap& metadata,
+                                   const TrainingState& extra) {
+  save_checkpoint({this}, folder, optimizer, metadata, extra);
+}
+
+void ShardedModel::save_checkpoint(const std::vector<ShardedModel*>& models,
+                                   const std::filesystem::path& folder,
+                                   const nn::Optimizer* optimizer, const StringMap& metadata,
+                                   const TrainingState& extra) {
+  BRAID_CHECK(!models.empty(), kInvalidArgument, "ShardedModel::save_checkpoint: no models");
+  for (ShardedModel* m : models) m->impl_->drain();
+  ProcessGroup& group = models.front()->impl_->checkpoint_group();
   StringMap meta = metadata;
+  std::optional<nn::OptimizerState> st;
   if (optimizer != nullptr) {
     BRAID_CHECK(optimizer->param_groups().size() == 1, kInvalidArgument,
                 "ShardedModel::save_checkpoint: the optimizer must have one parameter group, it "
                 "has ",
                 optimizer->param_groups().size());
     // The optimizer reads its parameters' shapes: offloaded master shards come in for it.
-    const bool parked = impl_->param_store && !impl_->states.empty() &&
-                        !impl_->states.front().shard_param.defined();
-    for (auto& s : impl_->states) impl_->unpark(s);
-    const nn::OptimizerState st = optimizer->state_dict();
-    if (parked) {
-      for (auto& s : impl_->states) impl_->park(s, /*changed=*/false);
+    std::vector<bool> was_parked;
+    for (ShardedModel* m : models) {
+      was_parked.push_back(m->parked());
+      m->set_parked(false);
     }
-    meta[kOptimizerJson] = st.json;
-    // Optimizer parameter i: unit i's shard (stages 1-3) or the i-th model parameter (stage 0,
-    // in unit order: stage0_params).
-    std::vector<std::pair<size_t, const UnitParam*>> stage0_index;
-    for (size_t u = 0; u < impl_->states.size(); ++u) {
-      for (const auto& up : impl_->states[u].unit->params) stage0_index.emplace_back(u, &up);
+    st = optimizer->state_dict();
+    for (size_t i = 0; i < models.size(); ++i) {
+      if (was_parked[i]) models[i]->set_parked(true);
     }
-    for (const auto& [key, t] : st.tensors) {
-      int64_t i = 0;
-      std::string name;
-      BRAID_CHECK(parse_state_key(key, &i, &name), kInternal, "unexpected optimizer key ", key);
-      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
-      if (stage0) {
-        const auto [u, up] = stage0_index.at(static_cast<size_t>(i));
-        const Run r = run_of(*up, impl_->states[u].shard);
-        if (r.empty()) continue;
-        emit(prefix, *up, r.lo - up->offset, r.hi - up->offset, t.reshape({up->numel}),
-             r.lo - up->offset);
-      } else {
-        add_pieces(prefix, static_cast<size_t>(i), t);
-      }
-    }
+    meta[kOptimizerJson] = st->json;
+  }
+  std::vector<Piece> pieces;
+  size_t first = 0;
+  for (ShardedModel* m : models) {
+    m->append_checkpoint_pieces(pieces, st ? &*st : nullptr, first);
+    first += m->optimizer_parameters().size();
+  }
+  if (st) {
+    BRAID_CHECK(first == optimizer->param_groups()[0].params.size(), kInvalidArgument,
+                "ShardedModel::save_checkpoint: the optimizer has ",
+                optimizer->param_groups()[0].params.size(),
+                " parameters, the models' optimizer_parameters() ", first,
+                "; expected the optimizer built on them (in order)");
   }
   if (extra.scheduler != nullptr) meta[kSchedulerJson] = extra.scheduler->state_json();
   if (extra.scaler != nullptr) meta[kScalerJson] = extra.scaler->state_json();
@@ -188,50 +245,17 @@ void ShardedModel::save_checkpoint(const std::filesystem::path& folder,
       meta[kRngPrefix + std::to_string(r)] = to_hex(std::vector<uint8_t>(p, p + mine.size()));
     }
   }
-  // HSDP: every replica holds the same shards; the first replica writes them.
-  if (impl_->replicas && impl_->replicas->rank() != 0) pieces.clear();
   save_sharded_checkpoint(folder, pieces, group, meta);
 }
 
-void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer,
-                                   const TrainingState& extra) {
-  impl_->drain();             // nothing may read the shards while they are replaced
-  impl_->drop_prefetches();   // gathers of the old values
-  impl_->checkpoint_group();  // checks that one is given where tensor parallelism needs it
-  const TensorParallelPlan* plan = options_.tensor_parallel.get();
-  ShardedCheckpoint ckpt(folder);
-  load_training_state(ckpt, folder, extra);
+void ShardedModel::load_parameters(const ShardedCheckpoint& ckpt,
+                                   const std::filesystem::path& folder) {
+  impl_->drain();            // nothing may read the shards while they are replaced
+  impl_->drop_prefetches();  // gathers of the old values
   const bool stage0 = options_.stage == ZeroStage::k0;
-  // The flat values of unit u for names "<prefix><param name>": [count] of this rank's shard,
-  // or [padded] whole (stage 0), zeros in the padding.
-  const auto read_unit = [&](const std::string& prefix, const UnitState& s, bool whole) {
-    const ShardInfo range = whole ? ShardInfo{0, s.unit->padded} : s.shard;
-    Tensor out = Tensor::zeros({range.count}, DType::kF32);
-    for (const auto& up : s.unit->params) {
-      const Run r = run_of(up, range);
-      if (r.empty()) continue;
-      const std::string name = prefix + up.name;
-      BRAID_CHECK(ckpt.contains(name), kInvalidArgument,
-                  "ShardedModel::load_checkpoint: ", folder.string(), " has no tensor '", name,
-                  "'");
-      const Shape shape = global_shape_of(plan, up);
-      BRAID_CHECK(ckpt.shape(name) == shape, kInvalidArgument, "ShardedModel::load_checkpoint: '",
-                  name, "' has shape ", shape_str(ckpt.shape(name)), " in ", folder.string(),
-                  ", the model has ", shape_str(shape));
-      // Tensor parallelism: this rank's slice, run by run (padding rows stay zero).
-      const int64_t lo = r.lo - up.offset;
-      for (const ElementRun& run : runs_of(plan, up, lo, r.hi - up.offset)) {
-        ckpt.read_range(name, run.global_offset, run.count,
-                        out.data<float>() + (r.lo - range.offset) + (run.local_offset - lo),
-                        DType::kF32);
-      }
-    }
-    return out;
-  };
-
   for (auto& s : impl_->states) {
     if (stage0) {
-      Tensor whole = read_unit("", s, true);
+      Tensor whole = read_unit(ckpt, folder, "", s, true);
       for (auto& up : s.unit->params) {
         nn::Parameter target = impl_->stage0_target(up);
         target.data().copy_(whole.narrow(0, up.offset, up.numel).view(up.shape));
@@ -239,12 +263,84 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
       }
       continue;
     }
-    const bool parked = impl_->param_store && !s.shard_param.defined();
+    const bool parked_unit = impl_->param_store && !s.shard_param.defined();
     impl_->unpark(s);
-    s.shard_param.copy_(read_unit("", s, false));
-    if (parked) impl_->park(s, /*changed=*/true);
+    s.shard_param.copy_(read_unit(ckpt, folder, "", s, false));
+    if (parked_unit) impl_->park(s, /*changed=*/true);
     if (options_.stage != ZeroStage::k3) impl_->gather_into_flat(s);
   }
+}
+
+// The flat values of a unit for names "<prefix><param name>": [count] of this rank's shard,
+// or [padded] whole (stage 0), zeros in the padding.
+Tensor ShardedModel::read_unit(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
+                               const std::string& prefix, const UnitState& s, bool whole) const {
+  const TensorParallelPlan* plan = options_.tensor_parallel.get();
+  const ShardInfo range = whole ? ShardInfo{0, s.unit->padded} : s.shard;
+  Tensor out = Tensor::zeros({range.count}, DType::kF32);
+  for (const auto& up : s.unit->params) {
+    const Run r = run_of(up, range);
+    if (r.empty()) continue;
+    const std::string name = prefix + up.name;
+    BRAID_CHECK(ckpt.contains(name), kInvalidArgument,
+                "ShardedModel::load_checkpoint: ", folder.string(), " has no tensor '", name, "'");
+    const Shape shape = global_shape_of(plan, up);
+    BRAID_CHECK(ckpt.shape(name) == shape, kInvalidArgument, "ShardedModel::load_checkpoint: '",
+                name, "' has shape ", shape_str(ckpt.shape(name)), " in ", folder.string(),
+                ", the model has ", shape_str(shape));
+    // Tensor parallelism: this rank's slice, run by run (padding rows stay zero).
+    const int64_t lo = r.lo - up.offset;
+    for (const ElementRun& run : runs_of(plan, up, lo, r.hi - up.offset)) {
+      ckpt.read_range(name, run.global_offset, run.count,
+                      out.data<float>() + (r.lo - range.offset) + (run.local_offset - lo),
+                      DType::kF32);
+    }
+  }
+  return out;
+}
+
+void ShardedModel::append_optimizer_state(const ShardedCheckpoint& ckpt,
+                                          const std::filesystem::path& folder,
+                                          const std::set<std::string>& state_names,
+                                          size_t first_param, nn::OptimizerState& st) const {
+  const bool stage0 = options_.stage == ZeroStage::k0;
+  size_t index = first_param;
+  for (auto& s : impl_->states) {
+    for (const auto& name : state_names) {
+      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
+      if (stage0) {
+        Tensor whole = read_unit(ckpt, folder, prefix, s, true);
+        size_t i = index;
+        for (auto& up : s.unit->params) {
+          st.tensors.emplace_back("state." + std::to_string(i++) + "." + name,
+                                  whole.narrow(0, up.offset, up.numel).view(up.shape).clone());
+        }
+      } else {
+        st.tensors.emplace_back("state." + std::to_string(index) + "." + name,
+                                read_unit(ckpt, folder, prefix, s, false));
+      }
+    }
+    index += stage0 ? s.unit->params.size() : 1;
+  }
+}
+
+void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer,
+                                   const TrainingState& extra) {
+  load_checkpoint({this}, folder, optimizer, extra);
+}
+
+void ShardedModel::load_checkpoint(const std::vector<ShardedModel*>& models,
+                                   const std::filesystem::path& folder, nn::Optimizer* optimizer,
+                                   const TrainingState& extra) {
+  BRAID_CHECK(!models.empty(), kInvalidArgument, "ShardedModel::load_checkpoint: no models");
+  for (ShardedModel* m : models) {
+    m->impl_->drain();
+    m->impl_->drop_prefetches();
+    m->impl_->checkpoint_group();  // checks that one is given where tensor parallelism needs it
+  }
+  ShardedCheckpoint ckpt(folder);
+  models.front()->load_training_state(ckpt, folder, extra);
+  for (ShardedModel* m : models) m->load_parameters(ckpt, folder);
   if (optimizer == nullptr) return;
 
   const auto it = ckpt.metadata().find(kOptimizerJson);
@@ -272,6 +368,11 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
                 "optimizer steps; only a uniform step count can be resharded");
   }
   const auto params = optimizer->param_groups()[0].params;
+  size_t total = 0;
+  for (ShardedModel* m : models) total += m->optimizer_parameters().size();
+  BRAID_CHECK(total == params.size(), kInvalidArgument,
+              "ShardedModel::load_checkpoint: the optimizer is not the one built on "
+              "optimizer_parameters()");
   nn::OptimizerState st;
   nlohmann::json group = saved.at("param_groups").at(0);
   group["params"] = nlohmann::json::array();
@@ -283,35 +384,20 @@ void ShardedModel::load_checkpoint(const std::filesystem::path& folder, nn::Opti
   saved["param_groups"] = nlohmann::json::array({group});
   saved["step"] = new_steps;
   st.json = saved.dump();
-  const auto opt_params = optimizer_parameters();
-  BRAID_CHECK(opt_params.size() == params.size(), kInvalidArgument,
-              "ShardedModel::load_checkpoint: the optimizer is not the one built on "
-              "optimizer_parameters()");
-  size_t index = 0;
-  for (auto& s : impl_->states) {
-    for (const auto& name : state_names) {
-      const std::string prefix = std::string(kOptimizerPrefix) + name + ".";
-      if (stage0) {
-        Tensor whole = read_unit(prefix, s, true);
-        size_t i = index;
-        for (auto& up : s.unit->params) {
-          st.tensors.emplace_back("state." + std::to_string(i++) + "." + name,
-                                  whole.narrow(0, up.offset, up.numel).view(up.shape).clone());
-        }
-      } else {
-        st.tensors.emplace_back("state." + std::to_string(index) + "." + name,
-                                read_unit(prefix, s, false));
-      }
-    }
-    index += stage0 ? s.unit->params.size() : 1;
+  size_t first = 0;
+  for (ShardedModel* m : models) {
+    m->append_optimizer_state(ckpt, folder, state_names, first, st);
+    first += m->optimizer_parameters().size();
   }
   // The optimizer checks its parameters' shapes: offloaded master shards come in for it.
-  const bool parked =
-      impl_->param_store && !impl_->states.empty() && !impl_->states.front().shard_param.defined();
-  for (auto& s : impl_->states) impl_->unpark(s);
+  std::vector<bool> was_parked;
+  for (ShardedModel* m : models) {
+    was_parked.push_back(m->parked());
+    m->set_parked(false);
+  }
   optimizer->load_state_dict(st);
-  if (parked) {
-    for (auto& s : impl_->states) impl_->park(s, /*changed=*/false);
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (was_parked[i]) models[i]->set_parked(true);
   }
 }
 

@@ -11,7 +11,8 @@
 //   accelerator_worker metrics      gather_for_metrics over 10 samples in batches of 2
 //   accelerator_worker batch-size   find_executable_batch_size with rank 1 failing above 16
 //   accelerator_worker parallel OUT --tp T --pp P [--sp] [--steps N] [--precision fp16|bf16]
-//                      [--init-scale S] [--backoff B]
+//                      [--init-scale S] [--backoff B] [--layers L] [--vpp V]
+//                      [--save-at K] [--resume] [--project DIR]
 //       The same global batch (4 micro-batches of 2) on a (dp, pp, tp) mesh: prepare_model
 //       (tp) or prepare_pipeline (pp > 1), cross_entropy, pipeline_step, clip_grad_norm_ at
 //       0.05; prints each step's loss and norm (%.9g) for run_accelerator.sh to compare with
@@ -61,12 +62,12 @@ class TokenDataset : public nn::Dataset {
   int64_t size_;
 };
 
-std::shared_ptr<nn::GPT> tiny_gpt() {
+std::shared_ptr<nn::GPT> tiny_gpt(int64_t n_layer = 3) {
   nn::GPTConfig c;
   c.vocab_size = kVocab;
   c.n_positions = 16;
   c.n_embd = 24;
-  c.n_layer = 3;
+  c.n_layer = n_layer;
   c.n_head = 4;
   c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = 0.0;
   auto gpt = std::make_shared<nn::GPT>(c);
@@ -181,6 +182,8 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
   cfg.megatron_lm_plugin = accel::MegatronLMPlugin{
       .tp_degree = tp, .pp_degree = pp, .sequence_parallelism = flag(a, "--sp")};
   cfg.mixed_precision = amp::parse_precision_type(arg(a, "--precision", "no"));
+  const int64_t layers = std::stoll(arg(a, "--layers", "3"));
+  cfg.megatron_lm_plugin->num_layers_per_virtual_pipeline_stage = std::stoll(arg(a, "--vpp", "0"));
   // fp16: a scale that overflows the first steps (skipped, backed off) when asked.
   cfg.grad_scaler_kwargs.init_scale = std::stod(arg(a, "--init-scale", "65536"));
   cfg.grad_scaler_kwargs.backoff_factor = std::stod(arg(a, "--backoff", "0.5"));
@@ -236,9 +239,12 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
   std::shared_ptr<shard::ShardedModel> model;
   std::shared_ptr<shard::GPTPipeline> pipe;
   if (pp > 1) {
-    pipe = acc.prepare_pipeline(*tiny_gpt());
+    pipe = acc.prepare_pipeline(*tiny_gpt(layers));
+    acc.print("pipeline: " + std::to_string(pipe->pipeline().shape().virtual_stages) +
+              " chunk(s) per rank, " +
+              std::string(shard::schedule_name(pipe->pipeline().shape().schedule)));
   } else {
-    model = acc.prepare_model(tiny_gpt());
+    model = acc.prepare_model(tiny_gpt(layers));
   }
   nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(),
                 {.lr = 1e-2, .weight_decay = 0.1});
@@ -281,9 +287,38 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     ++step;
   }
   BRAID_CHECK(step == steps, kInternal, step, " steps ran, expected ", steps);
+  if (flag(a, "--save-load")) {
+    // save_state, one more step, load_state: the model is back (every layout writes one
+    // folder; a pipeline rank's chunks share it).
+    const NamedTensors before = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+    const auto dir = std::filesystem::path(out) / "state";
+    acc.save_state(dir);
+    Tree batch = nn::default_collate({TokenDataset(2).get(0), TokenDataset(2).get(1)});
+    const int64_t M = acc.gradient_accumulation_steps();
+    if (pipe) {
+      acc.pipeline_step(*pipe, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
+                        std::vector<Tensor>(M, batch.at("labels").tensor()));
+    } else {
+      for (int64_t i = 0; i < M; ++i) {
+        auto accumulate = acc.accumulate();
+        ce.forward(model->forward(batch.at("input_ids").tensor()), batch.at("labels").tensor());
+        acc.backward(*model, ce.backward());
+      }
+    }
+    acc.step(opt);
+    acc.zero_grad(opt);
+    acc.load_state(dir);
+    const NamedTensors after = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+    BRAID_CHECK(before.size() == after.size(), kInternal, "load_state: tensor count");
+    for (size_t i = 0; i < before.size(); ++i) {
+      BRAID_CHECK(equal(before[i].second, after[i].second), kInternal,
+                  "load_state did not restore ", before[i].first);
+    }
+    acc.print("save_state / load_state restored the model");
+  }
   const NamedTensors state = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
   // Every parameter of the whole GPT, whole (lm_head.weight is wte's tied name).
-  auto whole = tiny_gpt();
+  auto whole = tiny_gpt(layers);
   std::map<std::string, Shape> got;
   for (auto& [name, t] : state) got.emplace(name, t.shape());
   for (auto& [name, p] : whole->named_parameters()) {

@@ -9,7 +9,8 @@
 #          sequence parallelism, tp 2 x pp 2, dp 2 x pp 2 x tp 2): each step's loss and global
 #          gradient norm (clipped at 0.05) within 1e-6 of one process's (fp32; the split layers
 #          add in another order), the dp split of the data, get_state_dict / save_model whole;
-#          fp16 through pipelines with skipped (overflowing) steps within 1e-3.
+#          fp16 through pipelines with skipped (overflowing) steps within 1e-3; interleaved
+#          1F1B (two chunks per rank); save_state / load_state round trips in every layout.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
 #          and the other methods (misc).
 set -euo pipefail
@@ -77,16 +78,33 @@ parallel)
       END { exit bad }' || exit 1
     echo "$2: every step's loss and norm within $3 of $1 (and the same steps skipped)"
   }
+  # Each case also saves its state, takes one more step and loads it back (--save-load).
   cases=("tp2 2 --tp 2 --pp 1" "pp2 2 --tp 1 --pp 2" "tp2sp 2 --tp 2 --pp 1 --sp"
          "tp2pp2 4 --tp 2 --pp 2" "dp2pp2tp2 8 --tp 2 --pp 2")
-  run one 1 parallel "$out/one" --tp 1 --pp 1
+  run one 1 parallel "$out/one" --tp 1 --pp 1 --save-load
   for c in "${cases[@]}"; do
     set -- $c
     name=$1 n=$2
     shift 2
-    run "$name" "$n" parallel "$out/$name" "$@"
+    run "$name" "$n" parallel "$out/$name" "$@" --save-load
     grep -q "parallel OK" "$out/$name.log" || { echo "FAIL: $name did not finish" >&2; exit 1; }
+    grep -q "load_state restored the model" "$out/$name.log" ||
+      { echo "FAIL: $name: no save/load round trip" >&2; exit 1; }
     compare one "$name" 1e-6
+  done
+  # Interleaved 1F1B (megatron_lm_num_layers_per_virtual_pipeline_stage 1, 4 layers: two
+  # chunks per rank, saved into one folder) against one process with 4 layers.
+  run one_l4 1 parallel "$out/one_l4" --tp 1 --pp 1 --layers 4
+  for c in "pp2v2 2 --tp 1 --pp 2" "dp2pp2v2 4 --tp 1 --pp 2" "tp2pp2v2 4 --tp 2 --pp 2"; do
+    set -- $c
+    name=$1 n=$2
+    shift 2
+    run "$name" "$n" parallel "$out/$name" "$@" --layers 4 --vpp 1 --save-load
+    grep -q "pipeline: 2 chunk(s) per rank, interleaved-1f1b" "$out/$name.log" ||
+      { cat "$out/$name.log"; echo "FAIL: $name is not interleaved" >&2; exit 1; }
+    grep -q "load_state restored the model" "$out/$name.log" ||
+      { echo "FAIL: $name: no save/load round trip" >&2; exit 1; }
+    compare one_l4 "$name" 1e-6
   done
   # fp16 with a GradScaler whose first scale overflows: steps 0 and 1 skipped everywhere, the
   # rest within fp16's rounding of one process.

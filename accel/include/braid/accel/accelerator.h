@@ -309,8 +309,9 @@ class Accelerator {
   bool advance_loader(const nn::DataLoader* loader);
   void end_micro_batch();
   std::filesystem::path checkpoint_folder(bool for_load) const;
-  // What save_state / load_state write and read: the prepared models, or the pipeline's stage.
-  std::vector<shard::ShardedModel*> checkpointed_models(const char* what) const;
+  // What save_state / load_state write and read, one folder per entry: each prepared model, or
+  // the pipeline rank's chunks together.
+  std::vector<std::vector<shard::ShardedModel*>> checkpointed_models(const char* what) const;
 
   AcceleratorConfig config_;
   ShardingPlan plan_;

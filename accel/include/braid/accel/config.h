@@ -230,6 +230,8 @@ struct ShardingPlan {
   // Pipeline micro-batches per optimizer step (megatron_lm_num_micro_batches; 0: the
   // gradient accumulation steps, as Megatron's num_micro_batches is its accumulation).
   int64_t num_micro_batches = 0;
+  // Interleaved 1F1B (megatron_lm_num_layers_per_virtual_pipeline_stage; 0: 1F1B).
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
   // Settings braid accepts but cannot honour exactly, one line each (the caller logs them).
   std::vector<std::string> warnings{};
 };

@@ -232,6 +232,9 @@ struct MegatronLMPlugin {
   int64_t tp_degree = 1;
   int64_t pp_degree = 1;
   int64_t num_micro_batches = 1;
+  // Interleaved 1F1B: blocks per virtual pipeline stage (v = n_layer / (pp_degree x this)
+  // chunks per rank); 0: one stage per rank (1F1B).
+  int64_t num_layers_per_virtual_pipeline_stage = 0;
   double gradient_clipping = 1.0;  // 0: off
   bool sequence_parallelism = false;
   bool recompute_activations = false;

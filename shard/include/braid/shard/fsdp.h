@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,8 @@ struct ShardingOptions {
 bool resolve_overlap(const ShardingOptions& options);
 
 class ShardedCheckpoint;  // checkpoint.h
+struct Piece;             // checkpoint.h
+struct UnitState;         // fsdp_impl.h
 
 // The rest of a training run's state, saved beside the model and optimizer in a sharded
 // checkpoint (Accelerate's save_state / load_state): the LR scheduler's and GradScaler's
@@ -243,6 +246,17 @@ class ShardedModel {
   // warning).
   void load_checkpoint(const std::filesystem::path& folder, nn::Optimizer* optimizer = nullptr,
                        const TrainingState& extra = {});
+  // The same for several models in one folder that share one optimizer, built on their
+  // optimizer_parameters() concatenated in `models` order (a pipeline rank's chunks: each
+  // writes and reads its own parameters, under their names). The models' checkpoint group is
+  // the same; extra's states go with the first model. The one-model forms call these.
+  static void save_checkpoint(const std::vector<ShardedModel*>& models,
+                              const std::filesystem::path& folder,
+                              const nn::Optimizer* optimizer = nullptr,
+                              const StringMap& metadata = {}, const TrainingState& extra = {});
+  static void load_checkpoint(const std::vector<ShardedModel*>& models,
+                              const std::filesystem::path& folder,
+                              nn::Optimizer* optimizer = nullptr, const TrainingState& extra = {});
 
   // Stage 0: the parameters of each DDP bucket, in reduction order (empty at stages 1-3).
   std::vector<std::vector<std::string>> bucket_parameter_names() const;
@@ -252,6 +266,19 @@ class ShardedModel {
   int64_t held_bytes() const;
 
  private:
+  // This rank's pieces of the parameters and, with `st`, of the optimizer state of optimizer
+  // parameters [first_param, first_param + optimizer_parameters().size()).
+  void append_checkpoint_pieces(std::vector<Piece>& pieces, const nn::OptimizerState* st,
+                                size_t first_param);
+  void load_parameters(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder);
+  Tensor read_unit(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
+                   const std::string& prefix, const UnitState& s, bool whole) const;
+  void append_optimizer_state(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
+                              const std::set<std::string>& state_names, size_t first_param,
+                              nn::OptimizerState& st) const;
+  // Offloaded master shards (offload_param nvme): resident (false) or back in their files.
+  void set_parked(bool parked);
+  bool parked() const;
   void load_training_state(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
                            const TrainingState& extra);
   struct Impl;
