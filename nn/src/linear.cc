@@ -127,7 +127,9 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
   const Parameter& weight = param("weight");
   if (weight.requires_grad()) {
     // dW = dy^T x ([out, in]) or x^T dy ([in, out]), accumulated in f32 for 16-bit data.
-    Tensor dw = Tensor::zeros(weight.data().shape(), acc);
+    // gemm() with beta 0 writes every element; zeros only when there are no rows.
+    Tensor dw = rows > 0 ? Tensor::empty(weight.data().shape(), acc)
+                         : Tensor::zeros(weight.data().shape(), acc);
     if (rows > 0) {
       kc::GemmArgs g;
       g.trans_a = kc::Trans::kYes;

@@ -23,6 +23,7 @@
 #include "braid/core/error.h"
 #include "braid/core/thread_pool.h"
 #include "braid/kernels/cpu.h"
+#include "cast_kernels.h"
 
 namespace braid::kernels::cpu {
 namespace {
@@ -193,9 +194,28 @@ void backward_head_blocked(const RowParams<Acc>& rp, HeadIndex hi, Workspace<Acc
 
 // ---- per-head loads and stores -------------------------------------------------------------
 
+// f16 / bf16 tiles convert a row at a time through the level's cast kernels (cast_kernels.h:
+// bit-identical to to_acc / from_acc); the scalar loops cost more than the products here.
+template <typename T>
+constexpr bool kCastRows = kLowPrecision<T>;
+
 // dst (rows x hd, dense) = src rows of stride ld starting at src.
 template <typename T, typename Acc>
 void load_tile(const T* src, int64_t ld, int64_t rows, int64_t hd, Acc* dst) {
+  if constexpr (kCastRows<T> && std::is_same_v<Acc, float>) {
+    const CastFn cast_row =
+        hot_cast_fn(std::is_same_v<T, bfloat16> ? kCastBF16ToF32 : kCastF16ToF32);
+    // The rows are strided (3 C apart in qkv) and each is read once: ask for a few ahead.
+    constexpr int64_t kAhead = 8;
+    for (int64_t t = 0; t < rows; ++t) {
+      if (t + kAhead < rows) {
+        const T* next = src + (t + kAhead) * ld;
+        for (int64_t c = 0; c < hd; c += 64 / int64_t{sizeof(T)}) __builtin_prefetch(next + c);
+      }
+      cast_row(src + t * ld, dst + t * hd, hd);
+    }
+    return;
+  }
   for (int64_t t = 0; t < rows; ++t) {
     const T* row = src + t * ld;
     Acc* d = dst + t * hd;
@@ -203,17 +223,29 @@ void load_tile(const T* src, int64_t ld, int64_t rows, int64_t hd, Acc* dst) {
   }
 }
 
-// dst (hd x rows, dense) = the same tile transposed.
-template <typename T, typename Acc>
-void load_tile_t(const T* src, int64_t ld, int64_t rows, int64_t hd, Acc* dst) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const T* row = src + t * ld;
-    for (int64_t c = 0; c < hd; ++c) dst[c * rows + t] = to_acc<Acc>(row[c]);
+// dst (hd x rows, dense) = src (rows x hd, dense) transposed, in 8 x 8 blocks.
+template <typename Acc>
+void transpose_tile(const Acc* src, int64_t rows, int64_t hd, Acc* dst) {
+  constexpr int64_t kB = 8;
+  for (int64_t t0 = 0; t0 < rows; t0 += kB) {
+    const int64_t t1 = std::min(rows, t0 + kB);
+    for (int64_t c0 = 0; c0 < hd; c0 += kB) {
+      const int64_t c1 = std::min(hd, c0 + kB);
+      for (int64_t c = c0; c < c1; ++c) {
+        for (int64_t t = t0; t < t1; ++t) dst[c * rows + t] = src[t * hd + c];
+      }
+    }
   }
 }
 
 template <typename T, typename Acc>
 void store_tile(const Acc* src, int64_t rows, int64_t hd, T* dst, int64_t ld) {
+  if constexpr (kCastRows<T> && std::is_same_v<Acc, float>) {
+    const CastFn cast_row =
+        hot_cast_fn(std::is_same_v<T, bfloat16> ? kCastF32ToBF16 : kCastF32ToF16);
+    for (int64_t t = 0; t < rows; ++t) cast_row(src + t * hd, dst + t * ld, hd);
+    return;
+  }
   for (int64_t t = 0; t < rows; ++t) {
     const Acc* s = src + t * hd;
     T* d = dst + t * ld;
@@ -252,8 +284,8 @@ void run_head(const Job<T>& job, int64_t bh, bool reference) {
   load_tile(base + c, 3 * c, t_len, hd, ws.k.data());
   load_tile(base + 2 * c, 3 * c, t_len, hd, ws.v.data());
   if (!reference) {
-    load_tile_t(base + c, 3 * c, t_len, hd, ws.kt.data());
-    if (job.backward) load_tile_t(base + 2 * c, 3 * c, t_len, hd, ws.vt.data());
+    transpose_tile(ws.k.data(), t_len, hd, ws.kt.data());
+    if (job.backward) transpose_tile(ws.v.data(), t_len, hd, ws.vt.data());
   }
   if (!job.backward) {
     Acc* out_rows = ws.dq.data();  // forward does not use dq
@@ -329,6 +361,21 @@ void by_dtype(DType dtype, Fn&& fn) {
 }  // namespace
 
 namespace scalar {
+namespace {
+void scale_bf16(float* s, int64_t len, float recip) {
+  for (int64_t j = 0; j < len; ++j) s[j] = rnd_bf16(rnd_bf16(s[j]) * recip);
+}
+void round_bf16(const float* x, float* out, int64_t len) {
+  for (int64_t j = 0; j < len; ++j) out[j] = rnd_bf16(x[j]);
+}
+void grad_bf16(const float* p, float* dp, int64_t len, float dot, float recip) {
+  for (int64_t j = 0; j < len; ++j) dp[j] = rnd_bf16(rnd_bf16(p[j] * (dp[j] - dot)) * recip);
+}
+}  // namespace
+
+// The loops of attention_rows.h (AttnRowsBf16, attention_impl.h).
+const AttnRowsBf16 kAttnRowsBf16{scale_bf16, round_bf16, grad_bf16};
+
 // The same fma chain per element as the SIMD levels (attention_impl.h).
 void attn_matmul(const AttnMatmul& g) {
   for (int64_t i = 0; i < g.m; ++i) {

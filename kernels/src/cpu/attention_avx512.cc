@@ -1,7 +1,12 @@
-// The blocked attention path's f32 products at the AVX-512 level (attention_simd.h).
+// The blocked attention path's f32 products (attention_simd.h) and bf16 row steps
+// (AttnRowsBf16, attention_impl.h) at the AVX-512 level.
 #include <immintrin.h>
 
 #include "attention_simd.h"
+
+// g++ 12 reports the _mm512_undefined_epi32() pass-through of _mm512_srli_epi32 as maybe
+// uninitialised; the mask is all ones, so no lane of it is read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace braid::kernels::cpu::avx512 {
 namespace {
@@ -20,11 +25,59 @@ struct V512 {
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
 };
 
+// x rounded to bf16 and widened back, as fp::f32_to_bf16_bits (attention_rows.h, rnd_bf16).
+__m512 rnd_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
+                       _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
+  const __m512i quiet =
+      _mm512_or_si512(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))),
+                      _mm512_set1_epi32(0x00400000));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// f(j0, lanes) over [0, len) in vectors of 16, the tail masked.
+template <typename F>
+void rows_loop(int64_t len, F&& f) {
+  int64_t j = 0;
+  for (; j + 16 <= len; j += 16) f(j, __mmask16(0xffff));
+  if (j < len) f(j, static_cast<__mmask16>((1u << (len - j)) - 1u));
+}
+
+void scale_bf16(float* s, int64_t len, float recip) {
+  const __m512 r = _mm512_set1_ps(recip);
+  rows_loop(len, [&](int64_t j, __mmask16 m) {
+    const __m512 x = _mm512_maskz_loadu_ps(m, s + j);
+    _mm512_mask_storeu_ps(s + j, m, rnd_bf16(_mm512_mul_ps(rnd_bf16(x), r)));
+  });
+}
+
+void round_bf16(const float* x, float* out, int64_t len) {
+  rows_loop(len, [&](int64_t j, __mmask16 m) {
+    _mm512_mask_storeu_ps(out + j, m, rnd_bf16(_mm512_maskz_loadu_ps(m, x + j)));
+  });
+}
+
+void grad_bf16(const float* p, float* dp, int64_t len, float dot, float recip) {
+  const __m512 r = _mm512_set1_ps(recip), d = _mm512_set1_ps(dot);
+  rows_loop(len, [&](int64_t j, __mmask16 m) {
+    const __m512 pj = _mm512_maskz_loadu_ps(m, p + j);
+    const __m512 g = _mm512_mul_ps(pj, _mm512_sub_ps(_mm512_maskz_loadu_ps(m, dp + j), d));
+    _mm512_mask_storeu_ps(dp + j, m, rnd_bf16(_mm512_mul_ps(rnd_bf16(g), r)));
+  });
+}
+
 }  // namespace
 
 // 8 x 32 tiles: 16 accumulators of the 32 registers.
 void attn_matmul(const AttnMatmul& g) {
   attn_matmul_impl<V512, 8>(g);
 }
+
+const AttnRowsBf16 kAttnRowsBf16{scale_bf16, round_bf16, grad_bf16};
 
 }  // namespace braid::kernels::cpu::avx512

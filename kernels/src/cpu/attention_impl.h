@@ -25,14 +25,29 @@ struct AttnMatmul {
 };
 using AttnMatmulFn = void (*)(const AttnMatmul&);
 
+// The bf16 row steps of attention_rows.h when the score divisor is a power of two
+// (RowParams::recip_exact), per SIMD level. rnd(x) is x rounded to bf16 (nearest even, NaN
+// quieted) and widened back; every step is integer rounding and IEEE products, so every level
+// gives the scalar loops' bits:
+//   scale:  s[j] = rnd(rnd(s[j]) * recip)
+//   round:  out[j] = rnd(x[j])                          (out may be x)
+//   grad:   dp[j] = rnd(rnd(p[j] * (dp[j] - dot)) * recip)
+struct AttnRowsBf16 {
+  void (*scale)(float* s, int64_t len, float recip);
+  void (*round)(const float* x, float* out, int64_t len);
+  void (*grad)(const float* p, float* dp, int64_t len, float dot, float recip);
+};
+
 namespace scalar {
 void attn_matmul(const AttnMatmul& g);
+extern const AttnRowsBf16 kAttnRowsBf16;
 }  // namespace scalar
 namespace avx2 {
 void attn_matmul(const AttnMatmul& g);
 }  // namespace avx2
 namespace avx512 {
 void attn_matmul(const AttnMatmul& g);
+extern const AttnRowsBf16 kAttnRowsBf16;
 }  // namespace avx512
 
 }  // namespace braid::kernels::cpu

@@ -9,10 +9,12 @@
 // Baseline-only header (no SIMD flags): attention.cc is its one user.
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "attention_impl.h"
 #include "braid/core/float_types.h"
 #include "braid/core/rng.h"
 #include "braid/kernels/cpu.h"
@@ -40,10 +42,22 @@ inline T from_acc(Acc x) {
     return static_cast<T>(x);
   }
 }
+// fp::f32_to_bf16_bits widened back, without a branch so that the row loops below vectorize:
+// round to nearest even, NaN quieted with its sign kept.
+inline float rnd_bf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t quiet = (u & 0xffff0000u) | 0x00400000u;
+  const bool nan = static_cast<int32_t>(u & 0x7fffffffu) > 0x7f800000;
+  return std::bit_cast<float>(nan ? quiet : rounded);
+}
+
 // x rounded to T and widened back (the identity for f32 / f64).
 template <typename T, typename Acc>
 inline Acc rnd(Acc x) {
-  if constexpr (kLowPrecision<T>) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    return rnd_bf16(x);
+  } else if constexpr (kLowPrecision<T>) {
     return static_cast<float>(T(x));
   } else {
     return x;
@@ -54,6 +68,10 @@ template <typename Acc>
 struct RowParams {
   int64_t seq, head_dim, n_head;
   Acc divisor;  // sqrt(head_dim) in T, as torch.full([], head_dim ** 0.5, dtype=T)
+  // 1 / divisor when divisor is a power of two (head_dim 4, 16, 64, 256, ...): then x * recip
+  // is x / divisor exactly (the same real number, rounded once), and a multiply is cheaper.
+  Acc recip;
+  bool recip_exact;
   bool dropout;
   double p;        // compared in double, as nn::Dropout does
   Acc keep_scale;  // 1 / (1 - p)
@@ -67,6 +85,9 @@ RowParams<Acc> make_row_params(const AttentionArgs& a) {
   rp.head_dim = a.head_dim;
   rp.n_head = a.n_head;
   rp.divisor = rnd<T>(static_cast<Acc>(std::sqrt(static_cast<double>(a.head_dim))));
+  int exponent = 0;
+  rp.recip_exact = std::frexp(rp.divisor, &exponent) == Acc(0.5);
+  rp.recip = Acc(1) / rp.divisor;
   rp.dropout = a.dropout_p > 0.0;
   rp.p = a.dropout_p;
   rp.keep_scale = static_cast<Acc>(1.0 / (1.0 - a.dropout_p));
@@ -93,6 +114,9 @@ void apply_dropout(const RowParams<Acc>& rp, int64_t b, int64_t h, int64_t i, in
   }
 }
 
+constexpr IsaTable<const AttnRowsBf16*> kAttnRowOps{&scalar::kAttnRowsBf16, nullptr,
+                                                    &avx512::kAttnRowsBf16, nullptr};
+
 constexpr IsaTable<SoftmaxRowFn> kAttnSoftmaxRow{scalar::softmax_row, avx2::softmax_row,
                                                  avx512::softmax_row, nullptr};
 
@@ -113,7 +137,23 @@ inline void softmax_row_f64(const double* x, double* out, int64_t len) {
 template <typename T, typename Acc>
 void forward_row(const RowParams<Acc>& rp, int64_t b, int64_t h, int64_t i, int64_t len, int64_t n,
                  Acc* s, Acc* p32, Acc* pd) {
-  for (int64_t j = 0; j < len; ++j) s[j] = rnd<T>(rnd<T>(s[j]) / rp.divisor);
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (rp.recip_exact) {
+      // The same steps on the level's vectors (AttnRowsBf16, attention_impl.h).
+      const AttnRowsBf16& ops = *kAttnRowOps.get();
+      ops.scale(s, len, rp.recip);
+      kAttnSoftmaxRow.get()(s, p32, len, false);
+      ops.round(p32, pd, len);
+      if (rp.dropout) apply_dropout<T>(rp, b, h, i, len, pd);
+      for (int64_t j = len; j < n; ++j) p32[j] = pd[j] = Acc(0);
+      return;
+    }
+  }
+  if (rp.recip_exact) {
+    for (int64_t j = 0; j < len; ++j) s[j] = rnd<T>(rnd<T>(s[j]) * rp.recip);
+  } else {
+    for (int64_t j = 0; j < len; ++j) s[j] = rnd<T>(rnd<T>(s[j]) / rp.divisor);
+  }
   if constexpr (std::is_same_v<Acc, double>) {
     softmax_row_f64(s, p32, len);
   } else {
@@ -129,11 +169,27 @@ void forward_row(const RowParams<Acc>& rp, int64_t b, int64_t h, int64_t i, int6
 template <typename T, typename Acc>
 void backward_row(const RowParams<Acc>& rp, int64_t b, int64_t h, int64_t i, int64_t len, int64_t n,
                   const Acc* p32, Acc* dp) {
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (rp.recip_exact) {
+      const AttnRowsBf16& ops = *kAttnRowOps.get();
+      ops.round(dp, dp, len);
+      if (rp.dropout) apply_dropout<T>(rp, b, h, i, len, dp);
+      Acc dot = 0;
+      for (int64_t j = 0; j < len; ++j) dot += dp[j] * p32[j];  // in index order
+      ops.grad(p32, dp, len, dot, rp.recip);
+      for (int64_t j = len; j < n; ++j) dp[j] = Acc(0);
+      return;
+    }
+  }
   for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(dp[j]);
   if (rp.dropout) apply_dropout<T>(rp, b, h, i, len, dp);
   Acc dot = 0;
   for (int64_t j = 0; j < len; ++j) dot += dp[j] * p32[j];
-  for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(rnd<T>(p32[j] * (dp[j] - dot)) / rp.divisor);
+  if (rp.recip_exact) {
+    for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(rnd<T>(p32[j] * (dp[j] - dot)) * rp.recip);
+  } else {
+    for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(rnd<T>(p32[j] * (dp[j] - dot)) / rp.divisor);
+  }
   for (int64_t j = len; j < n; ++j) dp[j] = Acc(0);
 }
 

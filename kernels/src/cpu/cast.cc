@@ -123,6 +123,10 @@ void fill_cast_table(CastTable& t) {
 }
 }  // namespace scalar
 
+CastFn hot_cast_fn(HotCast which) {
+  return cast_tables().pick.get()->fn[which];
+}
+
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n, CastMode mode) {
   BRAID_CHECK(n >= 0, kInvalidArgument, "cast: element count ", n, " must be >= 0");
   if (n == 0) return;

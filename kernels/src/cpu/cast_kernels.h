@@ -28,6 +28,10 @@ struct CastTable {
   CastFn fn[kNumHotCasts] = {};
 };
 
+// The current SIMD level's kernel for one hot pair (cast.cc's table, without cast()'s checks):
+// for callers that convert many short runs, such as the rows of a tile.
+CastFn hot_cast_fn(HotCast which);
+
 // Each overwrites the entries it implements and leaves the others as they are.
 namespace scalar {
 void fill_cast_table(CastTable& table);

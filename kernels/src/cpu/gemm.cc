@@ -1,12 +1,14 @@
 // gemm(): argument checks, batching, the scalar reference core, and the f16 / bf16 path
 // (inputs widened to f32, multiplied by the dispatched f32 core, rounded once into C).
 #include <algorithm>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "braid/core/error.h"
 #include "braid/core/thread_pool.h"
 #include "braid/kernels/cpu.h"
+#include "cast_kernels.h"
 #include "gemm_impl.h"
 #include "isa_dispatch.h"
 
@@ -85,13 +87,72 @@ void widen(const T* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
   }
 }
 
+// An f32 scratch of n floats for the f16 / bf16 / f64 C path: the f32 product before it is
+// rounded into C (slot 0) and one widened row of C (slot 1). Each slot is one buffer per
+// thread, grown on demand and kept up to kKeptFloats (a fresh zero-filled vector per product
+// cost a fill of m x n floats and, past malloc's mmap threshold, page faults on every call);
+// larger requests get a buffer of their own, freed with this object. Not zeroed: every
+// element is written before it is read.
+template <int kSlot>
+class Scratch {
+ public:
+  explicit Scratch(int64_t n) {
+    thread_local std::unique_ptr<float[]> kept;
+    thread_local int64_t cap = 0;
+    if (n > kKeptFloats) {
+      own_.reset(new float[static_cast<size_t>(n)]);
+      p_ = own_.get();
+      return;
+    }
+    if (n > cap) {
+      kept.reset(new float[static_cast<size_t>(n)]);
+      cap = n;
+    }
+    p_ = kept.get();
+  }
+  float* get() const { return p_; }
+
+ private:
+  static constexpr int64_t kKeptFloats = int64_t{4} << 20;  // 16 MiB
+  std::unique_ptr<float[]> own_;
+  float* p_ = nullptr;
+};
+
 // acc (m x n, dense f32, alpha not applied) into C: C = alpha acc + beta C, rounded once.
 template <typename C>
-void epilogue(const float* acc, int64_t m, int64_t n, double alpha, double beta, C* c,
-              int64_t ldc) {
+void epilogue(float* acc, int64_t m, int64_t n, double alpha, double beta, C* c, int64_t ldc) {
   using Wide = std::conditional_t<std::is_same_v<C, double>, double, float>;
   const Wide a = static_cast<Wide>(alpha);
   const Wide b = static_cast<Wide>(beta);
+  if constexpr (std::is_same_v<C, bfloat16> || std::is_same_v<C, half>) {
+    // The same f32 arithmetic as the loop below (a product, then a separate add of b C), a
+    // row at a time in place in acc, with C widened and rounded by the level's cast kernels
+    // (bit-identical to the scalar conversions, cast_kernels.h).
+    constexpr bool kBf16 = std::is_same_v<C, bfloat16>;
+    const CastFn narrow = hot_cast_fn(kBf16 ? kCastF32ToBF16 : kCastF32ToF16);
+    if (beta == 0.0) {
+      if (a != 1.0f) {
+        for (int64_t i = 0; i < m * n; ++i) acc[i] = a * acc[i];
+      }
+      if (ldc == n) return narrow(acc, c, m * n);
+      for (int64_t i = 0; i < m; ++i) narrow(acc + i * n, c + i * ldc, n);
+      return;
+    }
+    const CastFn widen_row = hot_cast_fn(kBf16 ? kCastBF16ToF32 : kCastF16ToF32);
+    const Scratch<1> old_row(n);
+    float* const old = old_row.get();
+    for (int64_t i = 0; i < m; ++i) {
+      float* row = acc + i * n;
+      widen_row(c + i * ldc, old, n);
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = a * row[j];
+        const float bc = b * old[j];
+        row[j] = v + bc;
+      }
+      narrow(row, c + i * ldc, n);
+    }
+    return;
+  }
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       C& out = c[i * ldc + j];
@@ -148,6 +209,12 @@ void run_split(void (*fn)(const Core&), const Core& c, bool splittable) {
     const int64_t j0 = i * width;
     part.n = std::min(width, c.n - j0);
     part.b = c.trans_b ? c.b + j0 * c.ldb : c.b + j0;
+    if constexpr (std::is_same_v<Core, GemmCoreBf16>) {
+      if (c.c16 != nullptr) {
+        part.c16 = c.c16 + j0;
+        return fn(part);
+      }
+    }
     part.c = c.c + j0;
     fn(part);
   });
@@ -193,7 +260,8 @@ void gemm_widened(const GemmArgs& g) {
   const bool ta = g.trans_a == Trans::kYes, tb = g.trans_b == Trans::kYes;
   const int64_t a_rows = ta ? g.k : g.m, a_cols = ta ? g.m : g.k;
   const int64_t b_rows = tb ? g.n : g.k, b_cols = tb ? g.k : g.n;
-  std::vector<float> acc(std::is_same_v<C, float> ? 0 : static_cast<size_t>(g.m * g.n));
+  const Scratch<0> staging(std::is_same_v<C, float> ? 0 : g.m * g.n);
+  float* const acc = staging.get();
   if constexpr (std::is_same_v<In, bfloat16>) {
     // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
     // level (the reference) and smaller problems widen as below.
@@ -213,11 +281,18 @@ void gemm_widened(const GemmArgs& g) {
           core.c = c;
           core.ldc = g.ldc;
           run_split(avx512bf16::bf16gemm_packed, core, true);
+        } else if (std::is_same_v<C, bfloat16> && g.k <= kBf16Kc) {
+          // One k slice: the kernel rounds into the bf16 C itself, as epilogue() would.
+          core.alpha = static_cast<float>(g.alpha);
+          core.beta = static_cast<float>(g.beta);
+          core.c16 = reinterpret_cast<uint16_t*>(c);
+          core.ldc = g.ldc;
+          run_split(avx512bf16::bf16gemm_packed, core, true);
         } else {
-          core.c = acc.data();
+          core.c = acc;
           core.ldc = g.n;
           run_split(avx512bf16::bf16gemm_packed, core, true);
-          epilogue(acc.data(), g.m, g.n, g.alpha, g.beta, c, g.ldc);
+          epilogue(acc, g.m, g.n, g.alpha, g.beta, c, g.ldc);
         }
       }
       return;
@@ -234,9 +309,9 @@ void gemm_widened(const GemmArgs& g) {
       run_core(fn, {ta, tb, g.m, g.n, g.k, static_cast<float>(g.alpha), static_cast<float>(g.beta),
                     a.data(), a_cols, b.data(), b_cols, c, g.ldc});
     } else {
-      run_core(fn, {ta, tb, g.m, g.n, g.k, 1.0f, 0.0f, a.data(), a_cols, b.data(), b_cols,
-                    acc.data(), g.n});
-      epilogue(acc.data(), g.m, g.n, g.alpha, g.beta, c, g.ldc);
+      run_core(fn,
+               {ta, tb, g.m, g.n, g.k, 1.0f, 0.0f, a.data(), a_cols, b.data(), b_cols, acc, g.n});
+      epilogue(acc, g.m, g.n, g.alpha, g.beta, c, g.ldc);
     }
   }
 }

@@ -8,7 +8,9 @@
 // f32 accumulator (denormal inputs and outputs flushed to zero, round to nearest even); the
 // k order inside one C element is fixed (kc slices in order, pairs in order), so the result
 // does not depend on the thread or run. It differs from the widened f32 path (and the scalar
-// reference) by rounding only: docs/reductions-and-gemm.md, "GEMM".
+// reference) by rounding only: docs/reductions-and-gemm.md, "GEMM". A bf16 C with k in one slice
+// (GemmCoreBf16::c16) is rounded from the registers, with the bits gemm.cc's f32 staging and
+// epilogue give, so the product's f32 result never goes through memory.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -18,11 +20,16 @@
 #include "gemm_impl.h"
 #include "gemm_packed_tile.h"
 
+// g++ 12 reports the _mm512_undefined_* pass-through of the unmasked shift and convert
+// intrinsics as maybe uninitialised; their masks are all ones, so no lane of it is read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace braid::kernels::cpu::avx512bf16 {
 namespace {
 
 constexpr int64_t kMr = kTileRows, kNr = kTileCols;
-constexpr int64_t kKc = 512, kMc = 144, kNc = 2048;  // kc: even, so pairs never straddle slices
+constexpr int64_t kKc = kBf16Kc, kMc = 144, kNc = 2048;  // kc even: pairs never straddle slices
+static_assert(kKc % 2 == 0);
 
 thread_local PackScratch t_apack, t_bpack;
 
@@ -142,10 +149,53 @@ void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t 
   }
 }
 
+// 16 f32 to bf16 bits as fp::f32_to_bf16_bits rounds them (nearest even, NaN quieted with its
+// sign; subnormals rounded, not flushed as vcvtneps2bf16 would).
+inline __m256i to_bf16_bits(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+}
+
+// The bf16 values at p (lanes of `lanes`; 0 elsewhere) widened to f32 (exact: a shift).
+inline __m512 bf16_to_f32(__mmask16 lanes, const uint16_t* p) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes, p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+// The bf16 C tile (GemmCoreBf16::c16): bf16(alpha acc), or bf16(alpha acc + beta C) with C
+// widened, as gemm.cc's epilogue computes it (no fused multiply-add).
+inline void store_tile_bf16(const __m512 (&acc)[kTileRows][2], uint16_t* c, int64_t ldc,
+                            int64_t rows, int64_t cols, float alpha, float beta) {
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
+  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
+                       : cols <= 16 ? __mmask16(0)
+                                    : __mmask16((1u << (cols - 16)) - 1u);
+#pragma GCC unroll 12
+  for (int i = 0; i < kTileRows; ++i) {
+    if (i >= rows) break;
+    uint16_t* crow = c + i * ldc;
+    __m512 r0 = _mm512_mul_ps(va, acc[i][0]);
+    __m512 r1 = _mm512_mul_ps(va, acc[i][1]);
+    if (beta != 0.0f) {
+      r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, bf16_to_f32(m0, crow)));
+      r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, bf16_to_f32(m1, crow + 16)));
+    }
+    _mm256_mask_storeu_epi16(crow, m0, to_bf16_bits(r0));
+    _mm256_mask_storeu_epi16(crow + 16, m1, to_bf16_bits(r1));
+  }
+}
+
 // acc = A panel x B panel over kc2 / 2 pairs; then the C tile as in the f32 kernel: alpha acc
-// + beta C on the first k slice, C += alpha acc on later ones.
-void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, int64_t ldc,
-                  int64_t rows, int64_t cols, float alpha, float beta, bool first) {
+// + beta C on the first k slice, C += alpha acc on later ones (or the bf16 tile, c16).
+void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c, uint16_t* c16,
+                  int64_t ldc, int64_t rows, int64_t cols, float alpha, float beta, bool first) {
   __m512 acc[kMr][2];
 #pragma GCC unroll 12
   for (int i = 0; i < kMr; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -162,7 +212,11 @@ void micro_kernel(int64_t pairs, const uint16_t* a, const uint16_t* b, float* c,
       acc[i][1] = _mm512_dpbf16_ps(acc[i][1], (__m512bh)ai, (__m512bh)b1);
     }
   }
-  store_tile(acc, c, ldc, rows, cols, alpha, beta, first);
+  if (c16 != nullptr) {
+    store_tile_bf16(acc, c16, ldc, rows, cols, alpha, beta);
+  } else {
+    store_tile(acc, c, ldc, rows, cols, alpha, beta, first);
+  }
 }
 
 }  // namespace
@@ -184,9 +238,11 @@ void bf16gemm_packed(const GemmCoreBf16& g) {
         pack_a(g, i0, mc, p0, kc, kc2, apack);
         for (int64_t jr = 0; jr < nc; jr += kNr) {
           for (int64_t ir = 0; ir < mc; ir += kMr) {
-            micro_kernel(kc2 / 2, apack + ir * kc2, bpack + jr * kc2,
-                         g.c + (i0 + ir) * g.ldc + j0 + jr, g.ldc, mc - ir < kMr ? mc - ir : kMr,
-                         nc - jr < kNr ? nc - jr : kNr, g.alpha, g.beta, p0 == 0);
+            const int64_t at = (i0 + ir) * g.ldc + j0 + jr;
+            micro_kernel(
+                kc2 / 2, apack + ir * kc2, bpack + jr * kc2, g.c16 != nullptr ? nullptr : g.c + at,
+                g.c16 != nullptr ? g.c16 + at : nullptr, g.ldc, mc - ir < kMr ? mc - ir : kMr,
+                nc - jr < kNr ? nc - jr : kNr, g.alpha, g.beta, p0 == 0);
           }
         }
       }

@@ -55,7 +55,10 @@ void sgemm_packed(const GemmCore<float>& g);
 }  // namespace avx512
 
 // bf16 A and B (raw bits), f32 C: the AVX512_BF16 packed kernel (gemm_bf16_avx512bf16.cc),
-// used at that level where uses_packed_f32 holds.
+// used at that level where uses_packed_f32 holds. With c16 set instead of c (and k at most
+// kBf16Kc, one k slice), C is bf16 and each element is stored as gemm.cc's epilogue rounds it:
+// bf16(alpha acc) or bf16(alpha acc + beta C), a product and a separate add in f32, so the bits
+// are those of the f32 staging plus epilogue, without the staging's round trip through memory.
 struct GemmCoreBf16 {
   bool trans_a, trans_b;
   int64_t m, n, k;
@@ -66,7 +69,10 @@ struct GemmCoreBf16 {
   int64_t ldb;
   float* c;
   int64_t ldc;
+  uint16_t* c16 = nullptr;  // bf16 C (ldc), instead of c
 };
+// The kernel's k slice: products with k <= kBf16Kc run as one slice.
+constexpr int64_t kBf16Kc = 512;
 namespace avx512bf16 {
 void bf16gemm_packed(const GemmCoreBf16& g);
 }  // namespace avx512bf16

@@ -3,11 +3,13 @@
 // (widened to f32 in blocks, run through the dispatched f32 loop, rounded back once).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "braid/core/error.h"
 #include "braid/core/float_types.h"
 #include "braid/core/thread_pool.h"
 #include "braid/kernels/cpu.h"
+#include "cast_kernels.h"
 #include "isa_dispatch.h"
 #include "nn_kernels.h"
 
@@ -71,16 +73,18 @@ constexpr IsaTable<ActGradFn> kActGrad{scalar::act_grad_f32, avx2::act_grad_f32,
 template <typename T>
 void act_grad_reduced(ActivationGrad op, int64_t n, const T* x, const T* dy, T* dx) {
   const ActGradFn fn = kActGrad.get();
+  // Widened and rounded by the level's cast kernels (bit-identical to the scalar conversions).
+  constexpr bool kBf16 = std::is_same_v<T, bfloat16>;
+  const CastFn widen = hot_cast_fn(kBf16 ? kCastBF16ToF32 : kCastF16ToF32);
+  const CastFn narrow = hot_cast_fn(kBf16 ? kCastF32ToBF16 : kCastF32ToF16);
   constexpr int64_t kBlock = 512;
   float xb[kBlock], db[kBlock];
   for (int64_t i = 0; i < n; i += kBlock) {
     const int64_t m = std::min(kBlock, n - i);
-    for (int64_t k = 0; k < m; ++k) {
-      xb[k] = static_cast<float>(x[i + k]);
-      db[k] = static_cast<float>(dy[i + k]);
-    }
+    widen(x + i, xb, m);
+    widen(dy + i, db, m);
     fn(op, m, xb, db, db);
-    for (int64_t k = 0; k < m; ++k) dx[i + k] = T(db[k]);
+    narrow(db, dx + i, m);
   }
 }
 
