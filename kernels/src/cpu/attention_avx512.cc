@@ -3,6 +3,8 @@
 #include <immintrin.h>
 
 #include "attention_simd.h"
+#include "elementwise_simd.h"
+#include "elementwise_vec_avx512.h"
 
 // g++ 12 reports the _mm512_undefined_epi32() pass-through of _mm512_srli_epi32 as maybe
 // uninitialised; the mask is all ones, so no lane of it is read.
@@ -25,19 +27,10 @@ struct V512 {
   static F fma(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
 };
 
-// x rounded to bf16 and widened back, as fp::f32_to_bf16_bits (attention_rows.h, rnd_bf16).
+// x rounded to bf16 and widened back, as fp::f32_to_bf16_bits (attention_rows.h, rnd_bf16):
+// elementwise_simd.h's lane rounding, shifted back into the high half.
 __m512 rnd_bf16(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_and_si512(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
-                       _mm512_set1_epi32(static_cast<int>(0xffff0000u)));
-  const __m512i quiet =
-      _mm512_or_si512(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))),
-                      _mm512_set1_epi32(0x00400000));
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(f32_to_bf16_lanes<Avx512>(v), 16));
 }
 
 // f(j0, lanes) over [0, len) in vectors of 16, the tail masked.

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "elementwise_simd.h"
+#include "elementwise_vec_avx512.h"
 #include "gemm_impl.h"
 #include "gemm_packed_tile.h"
 
@@ -150,16 +152,9 @@ void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t 
 }
 
 // 16 f32 to bf16 bits as fp::f32_to_bf16_bits rounds them (nearest even, NaN quieted with its
-// sign; subnormals rounded, not flushed as vcvtneps2bf16 would).
+// sign; subnormals rounded, not flushed as vcvtneps2bf16 would): elementwise_simd.h's lanes.
 inline __m256i to_bf16_bits(__m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+  return _mm512_cvtepi32_epi16(f32_to_bf16_lanes<Avx512>(v));
 }
 
 // The bf16 values at p (lanes of `lanes`; 0 elsewhere) widened to f32 (exact: a shift).
