@@ -168,10 +168,8 @@ inline __m512 bf16_to_f32(__mmask16 lanes, const uint16_t* p) {
 inline void store_tile_bf16(const __m512 (&acc)[kTileRows][2], uint16_t* c, int64_t ldc,
                             int64_t rows, int64_t cols, float alpha, float beta) {
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
-  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
-                       : cols <= 16 ? __mmask16(0)
-                                    : __mmask16((1u << (cols - 16)) - 1u);
+  __mmask16 m0, m1;
+  tile_column_masks(cols, m0, m1);
 #pragma GCC unroll 12
   for (int i = 0; i < kTileRows; ++i) {
     if (i >= rows) break;

@@ -41,6 +41,15 @@ class PackScratch {
   int64_t cap_ = 0;  // bytes
 };
 
+// The lane masks of a 32-column tile row with `cols` valid columns: columns [0, 16) and
+// [16, 32).
+inline void tile_column_masks(int64_t cols, __mmask16& m0, __mmask16& m1) {
+  m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
+  m1 = cols >= 32   ? __mmask16(0xffff)
+       : cols <= 16 ? __mmask16(0)
+                    : __mmask16((1u << (cols - 16)) - 1u);
+}
+
 // C tile (rows x cols valid) = alpha acc + beta C on the first k slice, C += alpha acc on
 // later ones; columns past `cols` are masked off.
 inline void store_tile(const __m512 (&acc)[kTileRows][2], float* c, int64_t ldc, int64_t rows,
@@ -48,10 +57,8 @@ inline void store_tile(const __m512 (&acc)[kTileRows][2], float* c, int64_t ldc,
   const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   const bool read_c = !first || beta != 0.0f;
   const __m512 vc_scale = first ? vb : _mm512_set1_ps(1.0f);
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1u);
-  const __mmask16 m1 = cols >= 32   ? __mmask16(0xffff)
-                       : cols <= 16 ? __mmask16(0)
-                                    : __mmask16((1u << (cols - 16)) - 1u);
+  __mmask16 m0, m1;
+  tile_column_masks(cols, m0, m1);
 #pragma GCC unroll 12
   for (int i = 0; i < kTileRows; ++i) {
     if (i >= rows) break;
