@@ -25,10 +25,12 @@
 // --kill-rank R --kill-after F: world rank R SIGKILLs itself after F forwards of its first
 // chunk (mid-step); every rank then ignores the launcher's SIGTERM so the survivors report the
 // error they get (the launcher SIGKILLs them after its grace period).
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -106,10 +108,16 @@ int plain(const Opts& o) {
       loss += ce.forward(gpt->forward(x), y).item();
       gpt->backward(ce.backward());
     }
-    for (auto& p : gpt->parameters()) p.grad() = scale(p.grad(), 1.0 / static_cast<double>(G));
+    double squares = 0;  // the whole gradient's 2-norm, for Pipeline::clip_grad_norm_
+    for (auto& p : gpt->parameters()) {
+      p.grad() = scale(p.grad(), 1.0 / static_cast<double>(G));
+      const Tensor g = p.grad().to(DType::kF64).contiguous();
+      for (int64_t i = 0; i < g.numel(); ++i) squares += g.data<double>()[i] * g.data<double>()[i];
+    }
     opt.step();
     opt.zero_grad();
-    std::printf("step %lld loss %.6f\n", static_cast<long long>(s), loss / static_cast<double>(G));
+    std::printf("step %lld loss %.6f norm %.9g\n", static_cast<long long>(s),
+                loss / static_cast<double>(G), std::sqrt(squares));
   }
   NamedTensors state;
   for (auto& [n, p] : gpt->named_parameters()) state.emplace_back(n, p.data());
@@ -209,14 +217,16 @@ int pipelined(const Opts& o) {
       auto scope = autocast();  // the runtime computes on this thread
       mean_loss = pipe.step(xs, ys);
     }
+    // The global norm (an infinite max_norm scales nothing), against the reference's.
+    const double norm = pipe.pipeline().clip_grad_norm_(std::numeric_limits<double>::infinity());
     Tensor loss = Tensor::full({1}, mean_loss, DType::kF64);
     adam.step();
     adam.zero_grad();
     pipe.after_step();
     if (o.dp > 1) mesh.group("dp")->all_reduce(loss);
     if (rank == 0) {
-      std::printf("step %lld loss %.6f\n", static_cast<long long>(s),
-                  loss.item() / static_cast<double>(o.dp));
+      std::printf("step %lld loss %.6f norm %.9g\n", static_cast<long long>(s),
+                  loss.item() / static_cast<double>(o.dp), norm);
     }
   }
   const NamedTensors state = pipe.global_state_dict();  // collective over dp and tp

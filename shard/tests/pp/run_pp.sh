@@ -35,6 +35,16 @@ near() { # reference run
       END { if (bad || n == 0) { print "FAIL: " r ": losses differ from the reference" > "/dev/stderr"; exit 1 } }'
 }
 
+# Pipeline::clip_grad_norm_ (printed each step by pipelined runs) against the norm of the
+# plain reference's averaged gradient, within 1e-5 relative (another order of sums).
+norms() { # reference run
+  paste <(grep -ho "step [0-9]* loss [0-9.]* norm [0-9.e+-]*" "$out/$1.log") \
+    <(grep -ho "step [0-9]* loss [0-9.]* norm [0-9.e+-]*" "$out/$2.log") |
+    awk -v r="$2" '{ d = $6 - $12; if (d < 0) d = -d; if ($2 != $8 || d > 1e-5 * $6) bad = 1; n++ }
+      END { if (bad || n == 0) { print "FAIL: " r ": gradient norms differ from the reference" > "/dev/stderr"; exit 1 } }'
+  echo "$2: gradient norms within 1e-5 of $1's"
+}
+
 # A pipelined run of nproc ranks; the options follow the output path.
 train() { # nproc name mode pp M steps [options...]
   local n=$1 name=$2 mode=$3 pp=$4 M=$5 steps=$6
@@ -54,7 +64,7 @@ pp2)
   train 2 gpipe gpipe 2 4 3 --tied per-mb
   train 2 1f1b 1f1b 2 4 3 --tied per-mb
   train 2 interleaved interleaved 2 4 3 --v 2 --tied per-mb
-  for r in gpipe 1f1b interleaved; do same plain "$r"; done
+  for r in gpipe 1f1b interleaved; do same plain "$r"; norms plain "$r"; done
   # The head's gradient once per step (Megatron's cost): the embedding's sum in another order.
   train 2 1f1b_once 1f1b 2 4 3 --tied once
   close plain 1f1b_once 1e-5
@@ -104,7 +114,10 @@ tp2pp2)
   train 4 tp2_interleaved interleaved 2 4 3 --v 2 --tp 2 --tied per-mb
   train 4 tp2_1f1b_sp 1f1b 2 4 3 --tp 2 --sp --tied per-mb
   train 4 tp2_1f1b_once 1f1b 2 4 3 --tp 2 --tied once
-  for r in tp2_gpipe tp2_1f1b tp2_interleaved tp2_1f1b_sp tp2_1f1b_once; do near plain "$r"; done
+  for r in tp2_gpipe tp2_1f1b tp2_interleaved tp2_1f1b_sp tp2_1f1b_once; do
+    near plain "$r"
+    norms plain "$r"
+  done
   # The schedules differ only in when they compute: under TP too, the same bits.
   same tp2_1f1b tp2_gpipe
   same tp2_1f1b tp2_interleaved
@@ -116,7 +129,10 @@ dp2tp2pp2)
   for z in 1 3; do train 8 "dp2tp2pp2_z$z" 1f1b 2 2 3 --dp 2 --tp 2 --zero "$z" --tied per-mb; done
   train 8 dp2tp2pp2_z3_sp 1f1b 2 2 3 --dp 2 --tp 2 --sp --zero 3 --tied per-mb
   train 8 dp2tp2pp2_gpipe_z2 gpipe 2 2 3 --dp 2 --tp 2 --zero 2 --tied once
-  for r in dp2tp2pp2_z1 dp2tp2pp2_z3 dp2tp2pp2_z3_sp dp2tp2pp2_gpipe_z2; do near plain "$r"; done
+  for r in dp2tp2pp2_z1 dp2tp2pp2_z3 dp2tp2pp2_z3_sp dp2tp2pp2_gpipe_z2; do
+    near plain "$r"
+    norms plain "$r"
+  done
   ;;
 kill)
   # Rank 2 of 4 dies after 6 forwards (step 1, micro-batch 1). The launcher must exit non-zero
