@@ -2,13 +2,18 @@
 // multi-process behaviour is run_accelerator.sh's (label "accel;launch").
 #include "braid/accel/accelerator.h"
 
+#include <cmath>
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "braid/nn/data_text.h"
+#include "braid/nn/gpt.h"
 #include "braid/nn/layers.h"
+#include "braid/nn/optim.h"
 
 namespace braid::accel {
 namespace {
@@ -117,6 +122,61 @@ TEST(Accelerator, BadUseIsAnError) {
               ::testing::ThrowsMessage<Error>(HasSubstr("needs state_json")));
   auto scope = acc.accumulate();
   EXPECT_THAT([&] { acc.accumulate(); }, ::testing::ThrowsMessage<Error>(HasSubstr("do not nest")));
+}
+
+// Model parallelism's errors that one process can reach; the layouts themselves are
+// run_accelerator.sh's "parallel" variant.
+TEST(Accelerator, ModelParallelBadUseIsAnError) {
+  AcceleratorConfig mp;
+  mp.megatron_lm_plugin = MegatronLMPlugin{.tp_degree = 2};
+  EXPECT_THAT([&] { Accelerator bad(mp, one_rank()); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("1 processes are not a multiple of tp_degree x pp_degree = 2 x 1")));
+
+  Accelerator acc({}, one_rank());
+  nn::GPTConfig c;
+  c.vocab_size = 11;
+  c.n_positions = 8;
+  c.n_embd = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  nn::GPT gpt(c);
+  Generator gen(3);
+  gpt.init_weights(gen);
+  auto pipe = acc.prepare_pipeline(gpt);  // one stage on one process
+  EXPECT_THAT([&] { acc.prepare_model(tiny_model()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("a pipeline is already prepared")));
+  EXPECT_THAT([&] { acc.prepare_pipeline(gpt); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("one model (or pipeline)")));
+  EXPECT_THAT([&] { acc.clip_grad_norm_(*pipe, 1.0); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("run pipeline_step first")));
+  nn::AdamW opt(pipe->parameters(), {});
+  acc.prepare_optimizer(opt);
+  EXPECT_THAT([&] { acc.step(opt); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("run pipeline_step first")));
+  Tensor ids = Tensor::zeros({1, 4}, DType::kI64);
+  {
+    auto scope = acc.accumulate();
+    EXPECT_THAT([&] { acc.pipeline_step(*pipe, {ids}, {ids}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("call it outside accumulate()")));
+  }
+  Accelerator other({}, one_rank());
+  auto foreign = other.prepare_pipeline(gpt);
+  EXPECT_THAT([&] { acc.pipeline_step(*foreign, {ids}, {ids}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("not prepared by this Accelerator")));
+  // The right use: one window, a finite norm, a step.
+  const double loss = acc.pipeline_step(*pipe, {ids}, {ids});
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_TRUE(acc.sync_gradients());
+  EXPECT_TRUE(std::isfinite(acc.clip_grad_norm_(*pipe, 1.0)));
+  EXPECT_TRUE(acc.step(opt));
+  // get_state_dict: the whole GPT under its names.
+  const NamedTensors state = acc.get_state_dict(*pipe);
+  std::set<std::string> names;
+  for (auto& [name, t] : state) names.insert(name);
+  for (auto& [name, p] : gpt.named_parameters()) {
+    EXPECT_TRUE(names.count(name)) << name;
+  }
 }
 
 }  // namespace

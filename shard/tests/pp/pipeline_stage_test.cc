@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "braid/comm/store.h"
@@ -291,6 +292,44 @@ TEST(PipelineOneRank, RejectsWrongInput) {
   } catch (const Error& e) {
     EXPECT_THAT(e.message(), HasSubstr("virtual_stages = 2"));
   }
+  for (double bad : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    try {
+      pipe.pipeline().set_loss_scale(bad);
+      ADD_FAILURE() << "no error for loss scale " << bad;
+    } catch (const Error& e) {
+      EXPECT_THAT(e.message(), HasSubstr("expected a finite scale > 0"));
+    }
+  }
+  try {
+    pipe.pipeline().clip_grad_norm_(-1.0);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.message(), HasSubstr("max_norm must be >= 0"));
+  }
+}
+
+// set_loss_scale(S) multiplies the loss gradient by S: the gradients are S times those of an
+// unscaled step (S a power of two: exact), and clip_grad_norm_ reports S times the norm.
+TEST(PipelineOneRank, LossScaleScalesTheGradients) {
+  auto [x, y] = micro_batch(0, 0);
+  const auto grads_and_norm = [&](double scale) {
+    GPTPipeline pipe(config(), solo(), {.num_micro_batches = 2});
+    pipe.init_weights(Generator(42));
+    pipe.pipeline().set_loss_scale(scale);
+    pipe.step(x, y);
+    const double norm = pipe.pipeline().clip_grad_norm_(std::numeric_limits<double>::infinity());
+    std::vector<Tensor> grads;
+    for (auto& p : pipe.parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(grads, norm);
+  };
+  const auto [plain, norm1] = grads_and_norm(1.0);
+  const auto [scaled, norm8] = grads_and_norm(8.0);
+  ASSERT_EQ(plain.size(), scaled.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(equal(scale(plain[i], 8.0), scaled[i])) << "parameter " << i;
+  }
+  EXPECT_NEAR(norm8, 8.0 * norm1, 1e-9 * norm8);
 }
 
 }  // namespace
