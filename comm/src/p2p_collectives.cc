@@ -1,6 +1,7 @@
 // The point-to-point backend's frame (docs/p2p.md): creation, run() (one call at a time, the
 // group broken after any error), the rounds every algorithm is made of, the always-on
 // cross-rank check and user send / recv. The algorithms are in p2p_collectives_algos.cc.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -82,10 +83,31 @@ Algo parse_algo(std::string_view text) {
              "'; expected one of auto, ring, rd");
 }
 
+uint64_t parse_segment_bytes(std::string_view text) {
+  uint64_t value = 0, unit = 1;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    BRAID_CHECK(value <= (UINT64_MAX - digit) / 10, kInvalidArgument,
+                "p2p: BRAID_P2P_SEGMENT_BYTES is '", text, "': too large");
+    value = value * 10 + digit;
+  }
+  const std::string_view suffix = text.substr(i);
+  if (suffix == "K" || suffix == "k") unit = uint64_t{1} << 10;
+  if (suffix == "M" || suffix == "m") unit = uint64_t{1} << 20;
+  if (suffix == "G" || suffix == "g") unit = uint64_t{1} << 30;
+  BRAID_CHECK(i > 0 && (suffix.empty() || unit > 1) && value <= (uint64_t{1} << 40) / unit,
+              kInvalidArgument, "p2p: BRAID_P2P_SEGMENT_BYTES is '", text,
+              "'; expected a byte count such as 1048576 or 1M (0: no segments), at most 1T");
+  return value * unit;
+}
+
 Options options_from_env() {
   Options o;
   const char* algo = std::getenv("BRAID_P2P_ALGO");
   o.algo = parse_algo(algo ? algo : "");
+  const char* segment = std::getenv("BRAID_P2P_SEGMENT_BYTES");
+  if (segment && *segment) o.segment_bytes = parse_segment_bytes(segment);
   return o;
 }
 
@@ -130,7 +152,11 @@ std::shared_ptr<Work> P2pGroup::run(const CollectiveDesc& desc) {
   } catch (...) {
     return completed_work(std::current_exception());
   }
-  Call c{.desc = desc, .deadline = call_deadline(desc, ctx_.timeout), .headers = {}, .factors = {}};
+  Call c{.desc = desc,
+         .deadline = call_deadline(desc, ctx_.timeout),
+         .headers = {},
+         .factors = {},
+         .segment = 0};
   try {
     dispatch(c);
     return completed_work();
@@ -183,28 +209,63 @@ bool P2pGroup::small(const Call& c, uint64_t bytes) const {
   return bytes <= options_.small_bytes;
 }
 
-void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces) {
-  if (pieces.empty()) return;
+void P2pGroup::post(Call& c, unsigned phase, uint64_t step, const Piece& p, Posted& into) {
   const uint64_t tag = collective_tag(c.index, phase, step);
-  std::vector<std::unique_ptr<Request>> requests;
-  std::vector<int> peers;
-  requests.reserve(pieces.size());
+  into.requests.push_back(p.send ? transport_->isend(p.peer, tag, p.data, p.bytes)
+                                 : transport_->irecv(p.peer, tag, p.data, p.bytes));
+  into.peers.push_back(p.peer);
+  into.expect.push_back(p.send ? kSent : p.bytes);
+  if (into.requests.size() == 1) into.phase = phase, into.step = step;
+}
+
+void P2pGroup::finish(Call& c, Posted& posted) {
+  if (posted.requests.empty()) return;
+  transport_->wait_all(posted.requests, posted.peers, c.deadline,
+                       describe_call(c) + " (phase " + std::to_string(posted.phase) + ", step " +
+                           std::to_string(posted.step) + ")");
+  for (size_t i = 0; i < posted.requests.size(); ++i) {
+    if (posted.expect[i] == kSent) continue;
+    const int peer = posted.peers[i];
+    BRAID_CHECK(posted.requests[i]->received() == posted.expect[i], kInvalidArgument,
+                describe_call(c), ": group rank ", peer, " (world rank ", ctx_.global_ranks[peer],
+                ") sent ", posted.requests[i]->received(), " bytes at phase ", posted.phase,
+                " step ", posted.step, "; expected ", posted.expect[i],
+                " (the ranks' counts differ)");
+  }
+  posted = Posted{};
+}
+
+// Note [Segments]: a piece longer than Options::segment_bytes goes as consecutive messages of
+// at most that many bytes under the same tag, all posted at once; the transport matches the
+// messages of one (peer, tag) in the order they were sent, so segment k lands at offset
+// k * segment on the receiver. Both sides cut the same length the same way, which holds for
+// every collective whose counts the cross-rank check compares; all_to_all_v (counts not
+// compared) sends whole messages, so a length mismatch stays a clean error.
+void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces,
+                     bool segmented) {
+  Posted posted;
+  const uint64_t seg = segmented ? c.segment : 0;
   for (const Piece& p : pieces) {
-    requests.push_back(p.send ? transport_->isend(p.peer, tag, p.data, p.bytes)
-                              : transport_->irecv(p.peer, tag, p.data, p.bytes));
-    peers.push_back(p.peer);
+    if (seg == 0 || p.bytes <= seg) {
+      post(c, phase, step, p, posted);
+      continue;
+    }
+    auto* data = static_cast<uint8_t*>(p.data);
+    for (size_t off = 0; off < p.bytes; off += seg) {
+      post(c, phase, step, {p.peer, p.send, data + off, std::min<size_t>(seg, p.bytes - off)},
+           posted);
+    }
   }
-  transport_->wait_all(requests, peers, c.deadline,
-                       describe_call(c) + " (phase " + std::to_string(phase) + ", step " +
-                           std::to_string(step) + ")");
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    if (pieces[i].send) continue;
-    const int peer = pieces[i].peer;
-    BRAID_CHECK(requests[i]->received() == pieces[i].bytes, kInvalidArgument, describe_call(c),
-                ": group rank ", peer, " (world rank ", ctx_.global_ranks[peer], ") sent ",
-                requests[i]->received(), " bytes at phase ", phase, " step ", step, "; expected ",
-                pieces[i].bytes, " (the ranks' counts differ)");
+  finish(c, posted);
+}
+
+uint8_t* P2pGroup::scratch(size_t bytes) {
+  if (bytes > scratch_size_) {
+    scratch_.reset();                    // free the old one before taking the new one
+    scratch_.reset(new uint8_t[bytes]);  // uninitialized: every byte is received before use
+    scratch_size_ = bytes;
   }
+  return scratch_.get();
 }
 
 // Note [Cross-rank check]: every collective starts with a Bruck all-gather of each rank's
@@ -216,6 +277,7 @@ void P2pGroup::check_across_ranks(Call& c) {
   const CollectiveDesc& d = c.desc;
   CallHeader mine = make_header(d, c.index);
   mine.algo = static_cast<uint8_t>(options_.algo);
+  mine.segment = options_.segment_bytes;
   std::vector<CallHeader> rotated(n_);  // [j]: rank (me + j) % n
   rotated[0] = mine;
   uint64_t step = 0;
@@ -227,6 +289,7 @@ void P2pGroup::check_across_ranks(Call& c) {
   }
   c.headers.resize(n_);
   for (int j = 0; j < n_; ++j) c.headers[(me_ + j) % n_] = rotated[j];
+  c.segment = c.headers[0].segment;  // the check's own rounds above were never segmented
   for (int p = 0; p < n_; ++p) {
     const CallHeader& theirs = c.headers[p];
     if (same_call(mine, theirs)) continue;

@@ -23,11 +23,19 @@ struct Options {
   Algo algo = Algo::kAuto;
   // kAuto: a call whose largest buffer (bytes on one rank) is at most this uses kRd.
   uint64_t small_bytes = 64 << 10;
+  // Messages of a round longer than this go as several messages of at most this many bytes,
+  // all posted at once, and the large all_reduce folds and forwards each segment as soon as
+  // it arrived (docs/p2p.md, "Segments"). 0: whole messages, no pipelining.
+  uint64_t segment_bytes = 1 << 20;
 };
 
 // "auto", "ring", "rd" (BRAID_P2P_ALGO). Throws kInvalidArgument naming the value otherwise.
 Algo parse_algo(std::string_view text);
-// Options with the algorithm from BRAID_P2P_ALGO (unset or empty: auto).
+// BRAID_P2P_SEGMENT_BYTES: a decimal byte count (0 turns segmenting off), optionally with a
+// K, M or G suffix (binary). Throws kInvalidArgument naming the value otherwise.
+uint64_t parse_segment_bytes(std::string_view text);
+// Options with the algorithm from BRAID_P2P_ALGO (unset or empty: auto) and the segment size
+// from BRAID_P2P_SEGMENT_BYTES (unset or empty: the default).
 Options options_from_env();
 
 // Tag layout (docs/p2p.md, "Tags"): bit 63 set for collectives, then 40 bits of the group's

@@ -17,11 +17,15 @@ namespace {
 // Phases of a call's tags (0 is the cross-rank check).
 constexpr unsigned kPhaseA = 1, kPhaseB = 2;
 
-using RoundFn = std::function<void(unsigned, uint64_t, const std::vector<Piece>&)>;
+using RoundFn = std::function<void(unsigned, uint64_t, const std::vector<Piece>&, bool)>;
 
 struct Ctx {
   int me, n;
-  RoundFn round;
+  RoundFn round_fn;
+  bool segmented = true;  // Note [Segments]; all_to_all_v turns it off
+  void round(unsigned phase, uint64_t step, const std::vector<Piece>& pieces) const {
+    round_fn(phase, step, pieces, segmented);
+  }
 };
 
 // Byte offsets and lengths of the n blocks `count` elements split into (block_start).
@@ -84,10 +88,10 @@ void ring_all_gather(const Ctx& x, unsigned phase, uint8_t* buf, const Blocks& b
 
 // Pairwise exchange: n - 1 rounds, round k sends block (me + k) of `in` to rank me + k and
 // receives rank (me - k)'s block for this rank into `out` at r_off[me - k]. Bytes per rank:
-// every block but its own, in and out.
+// every block but its own, in and out. `own`: also copy this rank's block from `in` to `out`.
 void pairwise(const Ctx& x, unsigned phase, const uint8_t* in, const Blocks& s, uint8_t* out,
-              const Blocks& r) {
-  copy_if_apart(out + r.off[x.me], in + s.off[x.me], s.len[x.me]);
+              const Blocks& r, bool own = true) {
+  if (own) copy_if_apart(out + r.off[x.me], in + s.off[x.me], s.len[x.me]);
   for (int k = 1; k < x.n; ++k) {
     const int to = (x.me + k) % x.n, from = (x.me - k + x.n) % x.n;
     x.round(phase, k,
@@ -154,11 +158,12 @@ void linear(const Ctx& x, unsigned phase, bool to_root, uint8_t* buf, const Bloc
 
 }  // namespace
 
-#define BRAID_P2P_CTX(g)                                                                \
-  Ctx x {                                                                               \
-    g.me_, g.n_, [&g, &c](unsigned phase, uint64_t step, const std::vector<Piece>& p) { \
-      g.round(c, phase, step, p);                                                       \
-    }                                                                                   \
+#define BRAID_P2P_CTX(g)                                                                       \
+  Ctx x {                                                                                      \
+    g.me_, g.n_,                                                                               \
+        [&g, &c](unsigned phase, uint64_t step, const std::vector<Piece>& p, bool segmented) { \
+          g.round(c, phase, step, p, segmented);                                               \
+        }                                                                                      \
   }
 
 // all_reduce, reduce, reduce_scatter (docs/p2p.md, "Reductions").
@@ -180,12 +185,13 @@ void Algorithms::reduction(P2pGroup& g, Call& c) {
       got.resize(n * whole);
       bruck_all_gather(x, kPhaseA, send, whole, got.data());
       for (int p = 0; p < n; ++p) rows[p] = got.data() + p * whole + me * bytes;
-    } else {  // block me of every rank
-      got.resize(n * bytes);
-      pairwise(x, kPhaseA, send, equal(bytes, n), got.data(), equal(bytes, n));
-      for (int p = 0; p < n; ++p) rows[p] = got.data() + p * bytes;
+      folder.fold(rows.data(), n, d.count, recv);
+    } else {  // block me of every other rank; this rank's own straight from its input
+      uint8_t* peers = g.scratch(n * bytes);
+      pairwise(x, kPhaseA, send, equal(bytes, n), peers, equal(bytes, n), false);
+      for (int p = 0; p < n; ++p) rows[p] = p == me ? send + me * bytes : peers + p * bytes;
+      folder.fold(rows.data(), n, d.count, recv);
     }
-    folder.fold(rows.data(), n, d.count, recv);
     return;
   }
 
@@ -211,11 +217,13 @@ void Algorithms::reduction(P2pGroup& g, Call& c) {
     return;
   }
 
-  // Large: pairwise reduce-scatter of raw blocks, fold block me, then all-gather / gather.
+  if (d.kind == CollectiveKind::kAllReduce) return pipelined_all_reduce(g, c, folder);
+
+  // Large reduce: pairwise reduce-scatter of raw blocks, fold block me, linear gather.
   const Blocks b = split(d.count, esz, n);
-  std::vector<uint8_t> got(n * b.len[me]);
-  pairwise(x, kPhaseA, send, b, got.data(), equal(b.len[me], n));
-  for (int p = 0; p < n; ++p) rows[p] = got.data() + p * b.len[me];
+  uint8_t* peers = g.scratch(n * b.len[me]);
+  pairwise(x, kPhaseA, send, b, peers, equal(b.len[me], n), false);
+  for (int p = 0; p < n; ++p) rows[p] = p == me ? send + b.off[me] : peers + p * b.len[me];
   std::vector<uint8_t> folded;
   uint8_t* mine = nullptr;
   if (has_result) {
@@ -225,11 +233,73 @@ void Algorithms::reduction(P2pGroup& g, Call& c) {
     mine = folded.data();
   }
   folder.fold(rows.data(), n, static_cast<int64_t>(b.len[me] / esz), mine);
-  if (d.kind == CollectiveKind::kAllReduce) {
-    ring_all_gather(x, kPhaseB, recv, b);
-  } else {
-    linear(x, kPhaseB, true, recv, b, mine, d.root);
+  linear(x, kPhaseB, true, recv, b, mine, d.root);
+}
+
+// Note [Pipelined all_reduce]: the large all_reduce is a reduce-scatter of raw blocks followed
+// by an all-gather of the folded ones, both direct (rank r exchanges with every other rank),
+// cut into segments of Options::segment_bytes (whole elements). Every reduce-scatter message
+// is posted at once; then, segment by segment in order, a rank waits for segment j of its
+// block from every peer (and for its own sends of segment j), folds it, and posts the folded
+// segment to every peer together with the receives of the peers' segment j. So the fold of
+// segment j overlaps the transfer of the segments after it, and the all-gather of the first
+// segments overlaps the reduce-scatter of the last ones. Bytes per rank are those of
+// reduce-scatter + all-gather, 2 (n - 1) M / n each way. In place (send == recv), segment j of
+// block p is received into the buffer only after this rank's send of it finished.
+void Algorithms::pipelined_all_reduce(P2pGroup& g, Call& c, Folder& folder) {
+  const CollectiveDesc& d = c.desc;
+  const int n = g.n_, me = g.me_;
+  const size_t esz = dtype_size(d.dtype);
+  const auto* send = static_cast<const uint8_t*>(d.send);
+  auto* recv = static_cast<uint8_t*>(d.recv);
+  const Blocks b = split(d.count, esz, n);
+  const size_t own = b.len[me];
+  size_t seg = c.segment / esz * esz;
+  size_t longest = 0;
+  for (int p = 0; p < n; ++p) longest = std::max(longest, b.len[p]);
+  if (seg == 0 || seg > longest) seg = std::max<size_t>(longest, esz);
+  auto segments = [&](int p) { return (b.len[p] + seg - 1) / seg; };
+  auto length = [&](int p, size_t j) { return std::min(seg, b.len[p] - j * seg); };
+  size_t rounds = 0;
+  for (int p = 0; p < n; ++p) rounds = std::max(rounds, segments(p));
+  // Peer p's raw block me lands in slot (p - me - 1) mod n of the scratch, n - 1 slots.
+  uint8_t* got = g.scratch((n - 1) * own);
+  auto slot = [&](int p) { return got + static_cast<size_t>((p - me - 1 + n) % n) * own; };
+
+  std::vector<P2pGroup::Posted> rs_recv(rounds), rs_send(rounds), ag(rounds);
+  for (size_t j = 0; j < rounds; ++j) {
+    for (int k = 1; k < n; ++k) {
+      const int from = (me - k + n) % n, to = (me + k) % n;
+      if (j < segments(me)) {
+        g.post(c, kPhaseA, j, {from, false, slot(from) + j * seg, length(me, j)}, rs_recv[j]);
+      }
+      if (j < segments(to)) {
+        g.post(c, kPhaseA, j,
+               {to, true, const_cast<uint8_t*>(send) + b.off[to] + j * seg, length(to, j)},
+               rs_send[j]);
+      }
+    }
   }
+  std::vector<const void*> rows(n);
+  for (size_t j = 0; j < rounds; ++j) {
+    g.finish(c, rs_recv[j]);
+    g.finish(c, rs_send[j]);
+    uint8_t* folded = recv + b.off[me] + j * seg;
+    if (j < segments(me)) {
+      for (int p = 0; p < n; ++p) {
+        rows[p] = p == me ? send + b.off[me] + j * seg : slot(p) + j * seg;
+      }
+      folder.fold(rows.data(), n, static_cast<int64_t>(length(me, j) / esz), folded);
+    }
+    for (int k = 1; k < n; ++k) {
+      const int from = (me - k + n) % n, to = (me + k) % n;
+      if (j < segments(from)) {
+        g.post(c, kPhaseB, j, {from, false, recv + b.off[from] + j * seg, length(from, j)}, ag[j]);
+      }
+      if (j < segments(me)) g.post(c, kPhaseB, j, {to, true, folded, length(me, j)}, ag[j]);
+    }
+  }
+  for (auto& posted : ag) g.finish(c, posted);
 }
 
 void Algorithms::broadcast(P2pGroup& g, Call& c) {
@@ -315,6 +385,7 @@ void Algorithms::all_to_all(P2pGroup& g, Call& c) {
     staged.assign(in, in + send_end);
     in = staged.data();
   }
+  x.segmented = d.kind == CollectiveKind::kAllToAll;  // Note [Segments]
   pairwise(x, kPhaseA, in, s, out, r);
 }
 

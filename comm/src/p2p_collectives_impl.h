@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "braid/comm/backend.h"
+#include "fold.h"
 #include "p2p_collectives.h"
 
 namespace braid::p2p {
@@ -23,9 +24,10 @@ struct CallHeader {
   double premul = 1.0;
   int32_t root = 0;
   uint8_t kind = 0, dtype = 0, op = 0;
-  uint8_t algo = 0;  // the sender's Options::algo: rank 0's decides for the call
+  uint8_t algo = 0;      // the sender's Options::algo: rank 0's decides for the call
+  uint64_t segment = 0;  // the sender's Options::segment_bytes: rank 0's decides too
 };
-static_assert(sizeof(CallHeader) == 48);
+static_assert(sizeof(CallHeader) == 56);
 
 // When a call must be done: desc.timeout, else the group's `group_timeout`, else 300 s, from
 // now.
@@ -52,6 +54,7 @@ struct Call {
   uint64_t index = 0;               // collectives this rank entered in the group, this one included
   std::vector<CallHeader> headers;  // every rank's call, after the check
   std::vector<double> factors;      // premul_sum: rank r's factor at [r]
+  uint64_t segment = 0;             // rank 0's segment_bytes, once the check ran (Note [Segments])
 };
 
 class P2pGroup final : public Backend {
@@ -72,9 +75,28 @@ class P2pGroup final : public Backend {
  private:
   friend struct Algorithms;
   void dispatch(Call& c);
-  // Posts every piece, then waits for all of them (kTimeout at the call's deadline). Each
-  // receive must bring exactly its bytes.
-  void round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces);
+  // Requests posted and not yet waited for; expect[i] is a receive's length, kSent for a send.
+  static constexpr size_t kSent = ~size_t{0};
+  struct Posted {
+    std::vector<std::unique_ptr<Request>> requests;
+    std::vector<int> peers;
+    std::vector<size_t> expect;
+    unsigned phase = 0;  // of the first request, for the error text
+    uint64_t step = 0;
+  };
+  // Posts one message (tag from the call's index, phase and step) into `into`.
+  void post(Call& c, unsigned phase, uint64_t step, const Piece& p, Posted& into);
+  // Waits for everything in `posted` (kTimeout at the call's deadline), checks that each
+  // receive brought exactly its bytes, and empties it.
+  void finish(Call& c, Posted& posted);
+  // Posts every piece, then waits for all of them. `segmented`: pieces longer than the call's
+  // segment (rank 0's Options::segment_bytes) go as several messages (Note [Segments]).
+  void round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces,
+             bool segmented = true);
+  // The group's receive buffer of at least `bytes` (uninitialized, kept across calls: a large
+  // collective then allocates and faults in nothing).
+  uint8_t* scratch(size_t bytes);
+
   void check_across_ranks(Call& c);
   bool small(const Call& c, uint64_t bytes) const;
   std::string describe_call(const Call& c) const;
@@ -90,12 +112,15 @@ class P2pGroup final : public Backend {
   std::exception_ptr broken_;  // the error that left the group unusable
   uint64_t calls_ = 0;
   std::vector<uint8_t> fold_scratch_;
+  std::unique_ptr<uint8_t[]> scratch_;
+  size_t scratch_size_ = 0;
   BackendCapabilities caps_;
 };
 
 // The algorithms (p2p_collectives_algos.cc); a friend of P2pGroup.
 struct Algorithms {
   static void reduction(P2pGroup& g, Call& c);
+  static void pipelined_all_reduce(P2pGroup& g, Call& c, Folder& folder);
   static void broadcast(P2pGroup& g, Call& c);
   static void all_gather(P2pGroup& g, Call& c);
   static void gather(P2pGroup& g, Call& c);

@@ -85,6 +85,7 @@ class UcxRequest final : public p2p::Request {
     return state_.done;
   }
   size_t received() const override { return state_.length; }
+  bool done() const { return state_.done; }
 
   // Takes what ucp_*_nbx returned: NULL (done), an error, or a request handle.
   void adopt(ucs_status_ptr_t r) {
@@ -389,11 +390,12 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
               " requests; expected one peer per request");
   const auto spin_end = Clock::now() + kSpinTime;
   while (true) {
-    progress_all();
+    progress_all();  // one progress per worker per pass, not one per request (a segmented
+                     // round has hundreds: each progress of a tcp worker is a system call)
     std::vector<int> pending, lost;
     for (size_t i = 0; i < requests.size(); ++i) {
       auto* r = static_cast<UcxRequest*>(requests[i].get());
-      if (!r->test()) {
+      if (!r->done()) {
         pending.push_back(peers[i]);
         if (lanes_[peers[i]].error != UCS_OK) lost.push_back(peers[i]);
         continue;

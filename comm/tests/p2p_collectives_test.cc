@@ -104,7 +104,12 @@ TEST(P2pCollectives, AllReduceSumIsBitIdenticalToTheReferenceForEveryAlgorithm) 
         for (int64_t count : {0, 1, 7, 1000, 40003}) {  // 40003 f32: above auto's 64 KiB
           const Source src{dtype, static_cast<uint64_t>(count * 7 + n), n};
           const Bytes want = reduce_reference(src, ReduceOp::kSum, 0, count);
-          expect_ok(on_ranks(n, with(algo), [&](int r, Backend& b) {
+          Options options = with(algo);
+          // Segments of 1 MiB (one per block here), none, and 1001 bytes: many, not a whole
+          // number of elements (the pipelined all_reduce rounds them down to whole ones), and
+          // blocks whose segment counts differ by one between ranks.
+          options.segment_bytes = count == 40003 ? 1001 : count == 1000 ? 0 : options.segment_bytes;
+          expect_ok(on_ranks(n, options, [&](int r, Backend& b) {
             Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0xee);
             CollectiveDesc d = desc(CollectiveKind::kAllReduce, dtype, count, 1);
             d.send = in.data();
@@ -124,8 +129,8 @@ TEST(P2pCollectives, AllReduceSumIsBitIdenticalToTheReferenceForEveryAlgorithm) 
   }
 }
 
-// Ranks created with different algorithms run rank 0's (else they would wait for messages
-// of phases their peers never send).
+// Ranks created with different algorithms and segment sizes run rank 0's (else they would
+// wait for messages of phases their peers never send, or cut messages differently).
 TEST(P2pCollectives, RankZerosAlgorithmDecidesForTheGroup) {
   constexpr int n = 3;
   constexpr int64_t count = 50000;
@@ -139,8 +144,9 @@ TEST(P2pCollectives, RankZerosAlgorithmDecidesForTheGroup) {
       ctx.rank = r;
       ctx.size = n;
       ctx.timeout = milliseconds(5000);
-      auto b = make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r),
-                                with(r == 0 ? Algo::kRing : Algo::kRd));
+      Options options = with(r == 0 ? Algo::kRing : Algo::kRd);
+      options.segment_bytes = r == 0 ? 4000 : r == 1 ? 0 : 1 << 20;  // rank 0's decides too
+      auto b = make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r), options);
       Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0);
       CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, count, 1);
       d.send = in.data();
@@ -438,6 +444,95 @@ TEST(P2pCollectives, ARecvSmallerThanTheMessageFails) {
   EXPECT_NE(m.find("larger than the 8 bytes"), std::string::npos) << m;
 }
 
+// Every collective with messages cut into segments of 36 bytes (9 f32): each message of the
+// large paths goes as several, and the results are still exact.
+TEST(P2pCollectives, TinySegmentsGiveTheSameResults) {
+  constexpr int n = 3;
+  constexpr int64_t c = 20000;  // 80 KB: auto's large paths
+  const Source s{DType::kF32, 7, n};
+  Options options = with(Algo::kRing);
+  options.segment_bytes = 36;
+  expect_ok(on_ranks(n, options, [&](int r, Backend& b) {
+    uint64_t seq = 0;
+    const Bytes mine = input_bytes(s, r, 0, c);
+    const size_t cb = mine.size();
+    {
+      Bytes out(cb, 0);
+      CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, c, ++seq);
+      d.send = mine.data();
+      d.recv = out.data();
+      run(b, d);
+      const Bytes want = reduce_reference(s, ReduceOp::kSum, 0, c);
+      EXPECT_EQ(first_difference(DType::kF32, out.data(), want.data(), c), "") << "all_reduce";
+    }
+    {
+      Bytes out(n * cb, 0);
+      CollectiveDesc d = desc(CollectiveKind::kAllGather, DType::kF32, c, ++seq);
+      d.send = mine.data();
+      d.recv = out.data();
+      run(b, d);
+      for (int p = 0; p < n; ++p) {
+        EXPECT_EQ(0, std::memcmp(out.data() + p * cb, input_bytes(s, p, 0, c).data(), cb))
+            << "all_gather block " << p;
+      }
+    }
+    {
+      Bytes buf = r == 1 ? mine : Bytes(cb, 0);
+      CollectiveDesc d = desc(CollectiveKind::kBroadcast, DType::kF32, c, ++seq);
+      d.root = 1;
+      d.send = d.recv = buf.data();
+      run(b, d);
+      EXPECT_EQ(buf, input_bytes(s, 1, 0, c)) << "broadcast";
+    }
+  }));
+}
+
+// all_to_all_v's counts are not compared across ranks, so its messages are never segmented: a
+// rank that sends more than its peer expects is still an error, not a partial match.
+TEST(P2pCollectives, AllToAllVWithCountsThatDisagreeFailsEvenWithSegments) {
+  Options options;
+  options.segment_bytes = 8;
+  auto errors = on_ranks(
+      2, options,
+      [&](int r, Backend& b) {
+        std::vector<float> in(8, 1.0f), out(8, 0.0f);
+        CollectiveDesc d = desc(CollectiveKind::kAllToAllV, DType::kF32, 0, 1);
+        d.send = in.data();
+        d.recv = out.data();
+        d.send_counts = {r == 1 ? 2 : 4, 4};  // rank 1 sends 2 to rank 0, which expects 4
+        d.send_offsets = {0, 4};
+        d.recv_counts = {4, 4};
+        d.recv_offsets = {0, 4};
+        run(b, d);
+      },
+      milliseconds(2000));
+  ASSERT_TRUE(errors[0]);
+  ErrorKind k{};
+  const std::string m = message(errors[0], &k);
+  EXPECT_EQ(k, ErrorKind::kInvalidArgument) << m;
+  EXPECT_NE(m.find("sent 8 bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("expected 16"), std::string::npos) << m;
+}
+
+TEST(P2pCollectives, SegmentBytesParseWithSuffixesAndRejectOtherText) {
+  EXPECT_EQ(parse_segment_bytes("0"), 0u);
+  EXPECT_EQ(parse_segment_bytes("4096"), 4096u);
+  EXPECT_EQ(parse_segment_bytes("256K"), 256u << 10);
+  EXPECT_EQ(parse_segment_bytes("4M"), 4u << 20);
+  EXPECT_EQ(parse_segment_bytes("1G"), uint64_t{1} << 30);
+  for (const char* bad : {"", "-1", "1.5M", "12Q", "M", "2048G", "99999999999999999999999"}) {
+    try {
+      parse_segment_bytes(bad);
+      ADD_FAILURE() << "no error for '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("BRAID_P2P_SEGMENT_BYTES is '" + std::string(bad) + "'"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(P2pCollectives, AnUnknownBraidP2pAlgoFailsAtCreation) {
   ::setenv("BRAID_P2P_ALGO", "fastest", 1);
   auto fabric = std::make_shared<Fabric>(1);
@@ -489,6 +584,15 @@ const bool kP2pConformance = [] {
         std::string(algo) == "auto" ? std::vector<int>{1, 2, 3, 5, 8} : std::vector<int>{3, 4};
     conformance::register_backend_for_conformance(b);
   }
+  // Messages cut into segments of 1000 bytes (not a whole number of 8-byte elements): every
+  // large path sends many per piece, and the pipelined all_reduce folds 125-element segments.
+  conformance::ConformanceBackend seg;
+  seg.name = "p2p_threads_segments";
+  seg.backend = "p2p_threads";
+  seg.ranks = conformance::ConformanceBackend::Ranks::kThreads;
+  seg.env = {{"BRAID_P2P_ALGO", "ring"}, {"BRAID_P2P_SEGMENT_BYTES", "1000"}};
+  seg.sizes = {2, 3};
+  conformance::register_backend_for_conformance(seg);
   return true;
 }();
 
