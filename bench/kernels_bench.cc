@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "braid/core/allocator.h"
 #include "braid/core/cpu_features.h"
 #include "braid/kernels/cpu.h"
 #include "braid/kernels/optim.h"
@@ -36,16 +37,30 @@ void bytes_args(benchmark::internal::Benchmark* b) {
   b->Arg(kSmall)->Arg(kLarge);
 }
 
-// Buffers of n elements of a dtype, filled with a value representable in every float dtype.
-std::vector<unsigned char> buffer(DType t, int64_t n, double value) {
-  std::vector<unsigned char> v(static_cast<size_t>(n) * braid::dtype_size(t));
-  k::fill(v.data(), t, n, value);
-  return v;
+// n elements of a dtype from braid's cpu allocator (what a tensor's storage is: 64-byte
+// aligned, large blocks on transparent huge pages, docs/memory.md), filled with a value
+// representable in every float dtype. The memcpy peer uses the same kind of buffer.
+class Buffer {
+ public:
+  Buffer(DType t, int64_t n, double value)
+      : ptr_(braid::get_allocator(braid::Device{braid::DeviceType::kCPU, 0})
+                 .allocate(static_cast<size_t>(n) * braid::dtype_size(t))) {
+    k::fill(ptr_.get(), t, n, value);
+  }
+  unsigned char* data() const { return static_cast<unsigned char*>(ptr_.get()); }
+
+ private:
+  braid::DataPtr ptr_;
+};
+
+Buffer buffer(DType t, int64_t n, double value) {
+  return Buffer(t, n, value);
 }
 
 void memcpy_peer(benchmark::State& state) {
   const int64_t n = state.range(0);
-  std::vector<float> src(static_cast<size_t>(n), 1.0f), dst(static_cast<size_t>(n));
+  const auto src = buffer(DType::kF32, n, 1.0);
+  auto dst = buffer(DType::kF32, n, 0.0);
   for (auto _ : state) {
     std::memcpy(dst.data(), src.data(), static_cast<size_t>(n) * sizeof(float));
     benchmark::DoNotOptimize(dst.data());

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "braid/core/allocator.h"
@@ -16,6 +20,9 @@
 #include "braid/core/error.h"
 
 namespace braid {
+namespace detail {
+size_t cpu_hugepage_bytes(const char* env);  // cpu_runtime.cc, Note [Huge pages]
+}  // namespace detail
 namespace {
 
 using ::testing::HasSubstr;
@@ -95,6 +102,70 @@ TEST(CpuRuntime, AllocatesAlignedWritableMemory) {
     rt.memset(p, 0, 0xAB, bytes, {});
     EXPECT_EQ(static_cast<unsigned char*>(p)[bytes - 1], 0xAB);
     rt.raw_free(0, p, bytes);
+  }
+}
+
+// The VMA holding `p` in /proc/self/smaps: its "THPeligible:" value, or -1 if not found.
+int thp_eligible(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > 8) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      return std::atoi(line.c_str() + 12);
+    }
+  }
+  return -1;
+}
+
+std::string thp_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string text;
+  std::getline(f, text);
+  const size_t open = text.find('['), close = text.find(']');
+  return open == std::string::npos || close == std::string::npos
+             ? std::string()
+             : text.substr(open + 1, close - open - 1);
+}
+
+// Note [Huge pages]: large blocks are 2 MiB aligned mappings marked for transparent huge pages.
+TEST(CpuRuntime, LargeBlocksAreHugePageAlignedAndEligible) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer every block comes from posix_memalign";
+#else
+  if (std::getenv("BRAID_CPU_HUGEPAGES")) GTEST_SKIP() << "BRAID_CPU_HUGEPAGES is set";
+  DeviceRuntime& rt = device_runtime(DeviceType::kCPU);
+  for (size_t bytes : {size_t{4} << 20, (size_t{9} << 20) + 3}) {
+    auto* p = static_cast<unsigned char*>(rt.raw_allocate(0, bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t{2} << 20), 0u) << bytes;
+    std::memset(p, 0x5A, bytes);  // the whole block is usable
+    EXPECT_EQ(p[bytes - 1], 0x5A);
+    const std::string mode = thp_mode();
+    if (mode == "madvise" || mode == "always") EXPECT_EQ(thp_eligible(p), 1) << mode;
+    rt.raw_free(0, p, bytes);
+  }
+  // Below the threshold: the ordinary 64-byte aligned heap block, not a mapping.
+  void* small = rt.raw_allocate(0, size_t{1} << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % kCpuAlignment, 0u);
+  rt.raw_free(0, small, size_t{1} << 20);
+#endif
+}
+
+TEST(CpuRuntime, HugePageThresholdParsesAndRejectsOtherText) {
+  EXPECT_EQ(detail::cpu_hugepage_bytes(nullptr), size_t{4} << 20);
+  EXPECT_EQ(detail::cpu_hugepage_bytes(""), size_t{4} << 20);
+  EXPECT_EQ(detail::cpu_hugepage_bytes("0"), 0u);
+  EXPECT_EQ(detail::cpu_hugepage_bytes("67108864"), size_t{64} << 20);
+  EXPECT_EQ(detail::cpu_hugepage_bytes("1"), size_t{2} << 20);  // never below one huge page
+  for (const char* bad : {"on", "-4", "4M", " 4", "99999999999999999999999"}) {
+    const Error e = capture([&] { detail::cpu_hugepage_bytes(bad); });
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << bad;
+    EXPECT_THAT(e.message(), HasSubstr("BRAID_CPU_HUGEPAGES is '" + std::string(bad) + "'"));
   }
 }
 
