@@ -76,7 +76,7 @@ std::string format_preamble(const BenchOptions& o, const std::string& library, i
              static_cast<long long>(o.factor), o.warmup, o.iters, o.check ? 1 : 0) +
          fmt("# buffers: %s\n", o.shared_buffers
                                     ? "the library's shared allocator where it has one (-R 1)"
-                                    : "malloc (-R 0)") +
+                                    : "braid cpu allocator (-R 0)") +
          fmt("# time: median of %d timed loops of %d iterations, averaged over ranks\n", o.repeats,
              o.iters);
 }

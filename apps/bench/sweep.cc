@@ -9,26 +9,28 @@
 #include <memory>
 
 #include "bench/check.h"
+#include "braid/core/allocator.h"
 #include "braid/core/error.h"
 
 namespace braid::bench {
 namespace {
 
-// Frees with free(), or through the library that handed the block out (-R 1).
+// Frees through braid's cpu allocator (the block's DataPtr), or through the library that
+// handed the block out (-R 1).
 struct BufferDeleter {
   Collectives* lib = nullptr;
+  std::shared_ptr<DataPtr> block;  // -R 0: released with the deleter
   void operator()(unsigned char* p) const {
     if (lib) {
       lib->release_shared(p);
-    } else {
-      std::free(p);
     }
   }
 };
 using Buffer = std::unique_ptr<unsigned char, BufferDeleter>;
 
-// Page-aligned (or from the library's shared allocator with -R 1, where it has one) and
-// touched, so no page fault lands inside a timed loop.
+// From braid's cpu allocator, as a tensor's storage (64-byte aligned; 4 MiB and more on
+// transparent huge pages, docs/environment.md "cpu allocator"), or from the library's shared
+// allocator with -R 1 where it has one; touched, so no page fault lands inside a timed loop.
 Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
   const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
   if (shared) {
@@ -37,11 +39,10 @@ Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
       return Buffer(static_cast<unsigned char*>(p), BufferDeleter{&lib});
     }
   }
-  void* p = std::aligned_alloc(4096, size);
-  BRAID_CHECK(p != nullptr, kOutOfMemory, "braid bench: cannot allocate a buffer of ", size,
-              " bytes");
+  auto block = std::make_shared<DataPtr>(get_allocator(Device(DeviceType::kCPU)).allocate(size));
+  auto* p = static_cast<unsigned char*>(block->get());
   std::memset(p, 0, size);
-  return Buffer(static_cast<unsigned char*>(p));
+  return Buffer(p, BufferDeleter{nullptr, std::move(block)});
 }
 
 // nccl-tests' per-rank count for a message of `bytes` (setupArgs / getCollByteCount).
