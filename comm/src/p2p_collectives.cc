@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "fold.h"
 #include "p2p_collectives_impl.h"
@@ -83,31 +84,11 @@ Algo parse_algo(std::string_view text) {
              "'; expected one of auto, ring, rd");
 }
 
-uint64_t parse_segment_bytes(std::string_view text) {
-  uint64_t value = 0, unit = 1;
-  size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
-    BRAID_CHECK(value <= (UINT64_MAX - digit) / 10, kInvalidArgument,
-                "p2p: BRAID_P2P_SEGMENT_BYTES is '", text, "': too large");
-    value = value * 10 + digit;
-  }
-  const std::string_view suffix = text.substr(i);
-  if (suffix == "K" || suffix == "k") unit = uint64_t{1} << 10;
-  if (suffix == "M" || suffix == "m") unit = uint64_t{1} << 20;
-  if (suffix == "G" || suffix == "g") unit = uint64_t{1} << 30;
-  BRAID_CHECK(i > 0 && (suffix.empty() || unit > 1) && value <= (uint64_t{1} << 40) / unit,
-              kInvalidArgument, "p2p: BRAID_P2P_SEGMENT_BYTES is '", text,
-              "'; expected a byte count such as 1048576 or 1M (0: no segments), at most 1T");
-  return value * unit;
-}
-
 Options options_from_env() {
   Options o;
   const char* algo = std::getenv("BRAID_P2P_ALGO");
   o.algo = parse_algo(algo ? algo : "");
-  const char* segment = std::getenv("BRAID_P2P_SEGMENT_BYTES");
-  if (segment && *segment) o.segment_bytes = parse_segment_bytes(segment);
+  o.segment_bytes = get_env_bytes("BRAID_P2P_SEGMENT_BYTES", o.segment_bytes);
   return o;
 }
 

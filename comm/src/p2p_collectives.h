@@ -31,11 +31,9 @@ struct Options {
 
 // "auto", "ring", "rd" (BRAID_P2P_ALGO). Throws kInvalidArgument naming the value otherwise.
 Algo parse_algo(std::string_view text);
-// BRAID_P2P_SEGMENT_BYTES: a decimal byte count (0 turns segmenting off), optionally with a
-// K, M or G suffix (binary). Throws kInvalidArgument naming the value otherwise.
-uint64_t parse_segment_bytes(std::string_view text);
 // Options with the algorithm from BRAID_P2P_ALGO (unset or empty: auto) and the segment size
-// from BRAID_P2P_SEGMENT_BYTES (unset or empty: the default).
+// from BRAID_P2P_SEGMENT_BYTES (get_env_bytes: 4096, 256K, 1M; 0 turns segments off; unset or
+// empty: the default).
 Options options_from_env();
 
 // Tag layout (docs/p2p.md, "Tags"): bit 63 set for collectives, then 40 bits of the group's

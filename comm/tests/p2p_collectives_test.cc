@@ -18,6 +18,7 @@
 
 #include "../src/p2p_collectives.h"
 #include "braid/comm/store.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "conformance/reference.h"
 #include "conformance/registry.h"
@@ -514,22 +515,24 @@ TEST(P2pCollectives, AllToAllVWithCountsThatDisagreeFailsEvenWithSegments) {
   EXPECT_NE(m.find("expected 16"), std::string::npos) << m;
 }
 
-TEST(P2pCollectives, SegmentBytesParseWithSuffixesAndRejectOtherText) {
-  EXPECT_EQ(parse_segment_bytes("0"), 0u);
-  EXPECT_EQ(parse_segment_bytes("4096"), 4096u);
-  EXPECT_EQ(parse_segment_bytes("256K"), 256u << 10);
-  EXPECT_EQ(parse_segment_bytes("4M"), 4u << 20);
-  EXPECT_EQ(parse_segment_bytes("1G"), uint64_t{1} << 30);
-  for (const char* bad : {"", "-1", "1.5M", "12Q", "M", "2048G", "99999999999999999999999"}) {
-    try {
-      parse_segment_bytes(bad);
-      ADD_FAILURE() << "no error for '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find("BRAID_P2P_SEGMENT_BYTES is '" + std::string(bad) + "'"),
-                std::string::npos)
-          << e.what();
-    }
+TEST(P2pCollectives, SegmentBytesComeFromTheEnvironment) {
+  EXPECT_EQ(Options{}.segment_bytes, uint64_t{1} << 20);
+  {
+    PatchEnvironment env{{"BRAID_P2P_SEGMENT_BYTES", "256K"}};
+    EXPECT_EQ(options_from_env().segment_bytes, uint64_t{256} << 10);
+  }
+  {
+    PatchEnvironment env{{"BRAID_P2P_SEGMENT_BYTES", "0"}};
+    EXPECT_EQ(options_from_env().segment_bytes, 0u);
+  }
+  PatchEnvironment env{{"BRAID_P2P_SEGMENT_BYTES", "1.5M"}};
+  try {
+    options_from_env();
+    ADD_FAILURE() << "BRAID_P2P_SEGMENT_BYTES=1.5M was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("BRAID_P2P_SEGMENT_BYTES='1.5M'"), std::string::npos)
+        << e.what();
   }
 }
 

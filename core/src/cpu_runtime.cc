@@ -14,6 +14,7 @@
 #include "braid/core/allocator.h"
 #include "braid/core/cpu_features.h"
 #include "braid/core/device_runtime.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 
 namespace braid {
@@ -31,31 +32,23 @@ void check_host(Device d, const char* role, size_t bytes) {
               "); use copy_bytes, which picks the device's runtime");
 }
 
-// Note [Huge pages]: blocks of at least cpu_hugepage_bytes() (default 4 MiB) come from mmap,
-// 2 MiB aligned (whole base pages long), with madvise(MADV_HUGEPAGE), so that
-// the kernel's transparent huge pages back them where it allows (Linux in "madvise" or
-// "always" mode) - as PyTorch's THP_MEM_ALLOC_ENABLE does. A stream over a large tensor then
-// takes one TLB entry per 2 MiB instead of per 4 KiB (docs/environment.md, "cpu allocator":
-// memcpy of 256 MiB +18%, the fused AdamW step +15-25%, medians of 6 alternating pairs). raw_free
-// gets the block's size back from the allocator, so it knows which blocks were mapped. Under
-// AddressSanitizer every block comes from posix_memalign, whose overflow checks the mapping would
-// bypass.
+// Note [Huge pages]: blocks of at least detail::cpu_hugepage_bytes() (default 4 MiB) come from
+// mmap, 2 MiB aligned (whole base pages long), with madvise(MADV_HUGEPAGE), so that the kernel's
+// transparent huge pages back them where it allows (Linux in "madvise" or "always" mode) - as
+// PyTorch's THP_MEM_ALLOC_ENABLE does. A stream over a large tensor then takes one TLB entry per 2
+// MiB instead of per 4 KiB (docs/environment.md, "cpu allocator": memcpy of 256 MiB +18%, the fused
+// AdamW step +15-25%, medians of 6 alternating pairs). raw_free gets the block's size back from the
+// allocator, so it knows which blocks were mapped. Under AddressSanitizer every block comes from
+// posix_memalign, whose overflow checks the mapping would bypass.
 constexpr size_t kHugePage = size_t{2} << 20;
 
 }  // namespace
 
 namespace detail {
-// BRAID_CPU_HUGEPAGES' value (null or empty: unset) -> the smallest block mapped with huge
-// pages, 0 for none (Note [Huge pages]). Throws kInvalidArgument naming the value.
-size_t cpu_hugepage_bytes(const char* env) {
-  if (env == nullptr || *env == '\0') return size_t{4} << 20;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(env, &end, 10);
-  BRAID_CHECK(errno == 0 && end != env && *end == '\0' && env[0] >= '0' && env[0] <= '9',
-              kInvalidArgument, "BRAID_CPU_HUGEPAGES is '", env,
-              "'; expected 0 (off) or the smallest block size, in bytes, to map with huge "
-              "pages (e.g. 4194304)");
+// The smallest block mapped with huge pages, from BRAID_CPU_HUGEPAGES (a byte count; unset:
+// 4 MiB; 0: none; below 2 MiB: 2 MiB). Throws kInvalidArgument naming a bad value.
+size_t cpu_hugepage_bytes() {
+  const uint64_t v = get_env_bytes("BRAID_CPU_HUGEPAGES", uint64_t{4} << 20);
   return v == 0 ? 0 : std::max<size_t>(static_cast<size_t>(v), kHugePage);
 }
 }  // namespace detail
@@ -66,7 +59,7 @@ size_t hugepage_bytes_from_env() {
 #if defined(__SANITIZE_ADDRESS__)
   return 0;
 #else
-  return detail::cpu_hugepage_bytes(std::getenv("BRAID_CPU_HUGEPAGES"));
+  return detail::cpu_hugepage_bytes();
 #endif
 }
 

@@ -92,6 +92,28 @@ double get_env_double(std::string_view name, double default_value) {
   return out;
 }
 
+uint64_t get_env_bytes(std::string_view name, uint64_t default_value) {
+  const std::optional<std::string> v = typed_value(name);
+  if (!v) return default_value;
+  uint64_t count = 0;
+  const char* last = v->data() + v->size();
+  const auto [end, ec] = std::from_chars(v->data(), last, count);
+  int shift = -1;
+  if (ec == std::errc() && end + 1 >= last) {
+    const char unit = end == last ? '\0' : static_cast<char>(std::toupper(*end));
+    shift = unit == '\0'  ? 0
+            : unit == 'K' ? 10
+            : unit == 'M' ? 20
+            : unit == 'G' ? 30
+            : unit == 'T' ? 40
+                          : -1;
+  }
+  BRAID_CHECK(shift >= 0 && count <= (UINT64_MAX >> shift), kInvalidArgument, name, "='", *v,
+              "' is not a byte count; expected a non-negative integer with an optional K, M, G "
+              "or T suffix, such as 4096 or 4M");
+  return count << shift;
+}
+
 bool get_env_bool(std::string_view name, bool default_value) {
   const std::optional<std::string> v = typed_value(name);
   if (!v) return default_value;

@@ -72,6 +72,22 @@ TEST(GetEnv, IntParsesAndDefaults) {
   expect_bad_value([] { get_env_int(kVar, 0); }, "99999999999999999999", "64-bit");
 }
 
+TEST(GetEnv, BytesTakeBinarySuffixes) {
+  ::unsetenv(kVar);
+  EXPECT_EQ(get_env_bytes(kVar, 5), 5u);
+  const std::pair<const char*, uint64_t> good[] = {
+      {"0", 0},         {" 4096 ", 4096},          {"256K", 256u << 10},
+      {"4m", 4u << 20}, {"1G", uint64_t{1} << 30}, {"2T", uint64_t{2} << 40}};
+  for (const auto& [text, want] : good) {
+    PatchEnvironment env{{kVar, text}};
+    EXPECT_EQ(get_env_bytes(kVar, 5), want) << text;
+  }
+  for (const char* bad :
+       {"-1", "1.5M", "12Q", "M", "4MB", "99999999999999999999", "20000000000000T"}) {
+    expect_bad_value([] { get_env_bytes(kVar, 0); }, bad, "byte count");
+  }
+}
+
 TEST(GetEnv, DoubleParsesAndRejectsNonFinite) {
   ::unsetenv(kVar);
   EXPECT_EQ(get_env_double(kVar, 0.25), 0.25);

@@ -31,6 +31,9 @@ std::string get_env_string(std::string_view name, std::string_view default_value
 int64_t get_env_int(std::string_view name, int64_t default_value);   // base-10 integer
 double get_env_double(std::string_view name, double default_value);  // finite number
 bool get_env_bool(std::string_view name, bool default_value);        // 1/0 true/false yes/no on/off
+// A byte count: a non-negative base-10 integer with an optional K, M, G or T suffix (binary
+// multiples, either case), such as 4096, 256K or 4M.
+uint64_t get_env_bytes(std::string_view name, uint64_t default_value);
 // Comma-separated items, each trimmed of spaces; empty items are skipped.
 std::vector<std::string> get_env_list(std::string_view name,
                                       std::vector<std::string> default_value = {});
