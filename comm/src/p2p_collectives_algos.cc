@@ -52,6 +52,17 @@ Blocks equal(size_t block, int n) {
   return b;
 }
 
+// Receive layout for one `block` from each of the n - 1 peers of rank `me`: peer p's lands in
+// slot (p - me - 1) mod n, so n - 1 blocks of room suffice (rank me's block is empty).
+Blocks peer_slots(size_t block, int n, int me) {
+  Blocks b;
+  for (int r = 0; r < n; ++r) {
+    b.off.push_back(r == me ? 0 : static_cast<size_t>((r - me - 1 + n) % n) * block);
+    b.len.push_back(r == me ? 0 : block);
+  }
+  return b;
+}
+
 void copy_if_apart(void* dst, const void* src, size_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, bytes);
 }
@@ -187,9 +198,10 @@ void Algorithms::reduction(P2pGroup& g, Call& c) {
       for (int p = 0; p < n; ++p) rows[p] = got.data() + p * whole + me * bytes;
       folder.fold(rows.data(), n, d.count, recv);
     } else {  // block me of every other rank; this rank's own straight from its input
-      uint8_t* peers = g.scratch(n * bytes);
-      pairwise(x, kPhaseA, send, equal(bytes, n), peers, equal(bytes, n), false);
-      for (int p = 0; p < n; ++p) rows[p] = p == me ? send + me * bytes : peers + p * bytes;
+      const Blocks slots = peer_slots(bytes, n, me);
+      uint8_t* peers = g.scratch((n - 1) * bytes);
+      pairwise(x, kPhaseA, send, equal(bytes, n), peers, slots, false);
+      for (int p = 0; p < n; ++p) rows[p] = p == me ? send + me * bytes : peers + slots.off[p];
       folder.fold(rows.data(), n, d.count, recv);
     }
     return;
@@ -221,9 +233,10 @@ void Algorithms::reduction(P2pGroup& g, Call& c) {
 
   // Large reduce: pairwise reduce-scatter of raw blocks, fold block me, linear gather.
   const Blocks b = split(d.count, esz, n);
-  uint8_t* peers = g.scratch(n * b.len[me]);
-  pairwise(x, kPhaseA, send, b, peers, equal(b.len[me], n), false);
-  for (int p = 0; p < n; ++p) rows[p] = p == me ? send + b.off[me] : peers + p * b.len[me];
+  const Blocks slots = peer_slots(b.len[me], n, me);
+  uint8_t* peers = g.scratch((n - 1) * b.len[me]);
+  pairwise(x, kPhaseA, send, b, peers, slots, false);
+  for (int p = 0; p < n; ++p) rows[p] = p == me ? send + b.off[me] : peers + slots.off[p];
   std::vector<uint8_t> folded;
   uint8_t* mine = nullptr;
   if (has_result) {
@@ -262,9 +275,10 @@ void Algorithms::pipelined_all_reduce(P2pGroup& g, Call& c, Folder& folder) {
   auto length = [&](int p, size_t j) { return std::min(seg, b.len[p] - j * seg); };
   size_t rounds = 0;
   for (int p = 0; p < n; ++p) rounds = std::max(rounds, segments(p));
-  // Peer p's raw block me lands in slot (p - me - 1) mod n of the scratch, n - 1 slots.
+  // Peer p's raw block me lands in its slot of the scratch, n - 1 slots.
+  const Blocks slots = peer_slots(own, n, me);
   uint8_t* got = g.scratch((n - 1) * own);
-  auto slot = [&](int p) { return got + static_cast<size_t>((p - me - 1 + n) % n) * own; };
+  auto slot = [&](int p) { return got + slots.off[p]; };
 
   std::vector<P2pGroup::Posted> rs_recv(rounds), rs_send(rounds), ag(rounds);
   for (size_t j = 0; j < rounds; ++j) {

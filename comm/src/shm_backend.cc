@@ -12,6 +12,7 @@
 
 #include "braid/comm/store.h"
 #include "braid/comm/work.h"
+#include "braid/core/environment.h"
 #include "fold.h"
 #include "shm_group.h"
 
@@ -49,15 +50,12 @@ inline void cpu_relax() {
 #endif
 }
 
+// A byte count from the environment (get_env_bytes: K, M, G, T suffixes) of at least
+// `min_value`.
 uint64_t env_bytes(const char* name, uint64_t fallback, uint64_t min_value) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  BRAID_CHECK(errno == 0 && end && *end == '\0' && text[0] != '-' && v >= min_value,
-              kInvalidArgument, "environment variable ", name, "='", text,
-              "' is not a byte count (expected a decimal integer >= ", min_value, ")");
+  const uint64_t v = get_env_bytes(name, fallback);
+  BRAID_CHECK(v >= min_value, kInvalidArgument, "environment variable ", name, "=",
+              std::getenv(name), " is too small (expected at least ", min_value, " bytes)");
   return v;
 }
 

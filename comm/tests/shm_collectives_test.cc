@@ -649,8 +649,25 @@ TEST(ShmOptionsTest, EnvironmentIsParsedAndBadValuesAreNamed) {
     EXPECT_NE(e.message().find("BRAID_SHM_ALGO='ring'"), std::string::npos);
   }
   unsetenv("BRAID_SHM_ALGO");
-  setenv("BRAID_SHM_SLOT_BYTES", "12k", 1);
+  // Byte counts take get_env_bytes' binary suffixes, and each has its least value.
+  setenv("BRAID_SHM_SLOT_BYTES", "4M", 1);
+  setenv("BRAID_SHM_CHUNK_BYTES", "256k", 1);
+  o = shm_options_from_env();
+  EXPECT_EQ(o.slot_bytes, 4u << 20);
+  EXPECT_EQ(o.chunk_bytes, 256u << 10);
+  unsetenv("BRAID_SHM_CHUNK_BYTES");
+  setenv("BRAID_SHM_SLOT_BYTES", "12q", 1);
   EXPECT_THROW(shm_options_from_env(), Error);
+  setenv("BRAID_SHM_SLOT_BYTES", "2k", 1);
+  try {
+    shm_options_from_env();
+    ADD_FAILURE() << "BRAID_SHM_SLOT_BYTES=2k accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(e.message().find("BRAID_SHM_SLOT_BYTES=2k is too small (expected at least 4096"),
+              std::string::npos)
+        << e.message();
+  }
   unsetenv("BRAID_SHM_SLOT_BYTES");
 }
 
