@@ -22,6 +22,8 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
   echo "# mpirun: $(mpirun --version 2>&1 | head -1)"
   echo "# floor before: $("$build/bin/cacheline_probe" barrier)"
 } >"$out/machine.txt"
+# CPU time the hypervisor gave to others (steal) over the run: a VM's slow phases show here.
+read -r -a stat0 < <(head -1 /proc/stat)
 
 for n in 2 4; do
   echo "== braid shm, $n ranks" >&2
@@ -38,4 +40,9 @@ for n in 2 4; do
   echo "# load average after np=$n: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 done
 echo "# floor after: $("$build/bin/cacheline_probe" barrier)" >>"$out/machine.txt"
+read -r -a stat1 < <(head -1 /proc/stat)
+awk -v a="${stat0[*]:1}" -v b="${stat1[*]:1}" 'BEGIN {
+  split(a, x); split(b, y); for (i in y) t += y[i] - x[i]
+  printf "# steal during the run: %.1f%% of CPU time\n", (t > 0 ? 100 * (y[8] - x[8]) / t : 0)
+}' >>"$out/machine.txt"
 echo "results in $out" >&2

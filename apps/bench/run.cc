@@ -4,7 +4,8 @@
 //     duplicate of its stdout (--report-fd) so rank 0's table reaches the console without
 //     the launcher's "[rank 0] " prefix.
 //   otherwise: this process is one rank (braid launch, mpirun, or alone). Peers start first
-//     (MPI_Init), then braid's group, then the sweeps; rank 0 prints and writes -J.
+//     (MPI_Init), then braid's group, then the sweeps (with peers: every collective's timed
+//     loops interleaved, library by library); rank 0 prints and writes -J.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -95,6 +96,33 @@ std::shared_ptr<Store> braid_store(const RankInfo& me,
              "(or export both variables with mpirun -x)");
 }
 
+// One collective's finished table: heading, header, rows and footer (or why it was skipped).
+void print_table(Out& out, const BenchOptions& o, const OpResult& r) {
+  out.print("# Collective test: " + std::string(op_name(r.op)) + " (" + r.library + ")\n");
+  if (!r.skipped.empty()) return out.print(format_skipped(r));
+  out.print(format_header());
+  for (const Row& row : r.rows) out.print(format_row(r, row, o) + "\n");
+  out.print(format_footer(r));
+}
+
+// With --peer: each collective's sweep runs every library's timed loops in turn
+// (sweep_interleaved); the tables are printed when the collective is done. Results per
+// library, in the order of `libs`.
+std::vector<std::vector<OpResult>> run_interleaved(const std::vector<Collectives*>& libs,
+                                                   const BenchOptions& o, Out& out) {
+  for (Collectives* lib : libs) out.print(format_preamble(o, lib->name(), lib->size()));
+  out.print("# timed loops of the libraries above interleaved, loop by loop\n");
+  std::vector<std::vector<OpResult>> per_lib(libs.size());
+  for (Op op : o.ops) {
+    std::vector<OpResult> results = sweep_interleaved(libs, o, op);
+    for (size_t i = 0; i < libs.size(); ++i) {
+      print_table(out, o, results[i]);
+      per_lib[i].push_back(std::move(results[i]));
+    }
+  }
+  return per_lib;
+}
+
 std::vector<OpResult> run_sweeps(Collectives& lib, const BenchOptions& o, Out& out) {
   std::vector<OpResult> results;
   out.print(format_preamble(o, lib.name(), lib.size()));
@@ -126,12 +154,15 @@ int run_rank(const BenchOptions& o) {
   std::unique_ptr<Collectives> braid = make_braid_collectives(braid_store(me, peers), o.backend);
 
   Out out(braid->rank() == 0, o.report_fd);
-  std::vector<OpResult> all = run_sweeps(*braid, o, out);
-  const size_t braid_count = all.size();
-  for (auto& p : peers) {
-    std::vector<OpResult> r = run_sweeps(p->collectives(), o, out);
-    out.print(format_ratios(std::vector<OpResult>(all.begin(), all.begin() + braid_count), r));
-    all.insert(all.end(), r.begin(), r.end());
+  std::vector<OpResult> all;
+  if (peers.empty()) {
+    all = run_sweeps(*braid, o, out);
+  } else {
+    std::vector<Collectives*> libs = {braid.get()};
+    for (auto& p : peers) libs.push_back(&p->collectives());
+    std::vector<std::vector<OpResult>> per_lib = run_interleaved(libs, o, out);
+    for (size_t i = 1; i < per_lib.size(); ++i) out.print(format_ratios(per_lib[0], per_lib[i]));
+    for (auto& r : per_lib) all.insert(all.end(), r.begin(), r.end());
   }
   if (braid->rank() == 0 && !o.json_path.empty()) {
     std::ofstream f(o.json_path);

@@ -36,7 +36,7 @@ Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
   if (shared) {
     if (void* p = lib.allocate_shared(size)) {
       std::memset(p, 0, size);
-      return Buffer(static_cast<unsigned char*>(p), BufferDeleter{&lib});
+      return Buffer(static_cast<unsigned char*>(p), BufferDeleter{&lib, nullptr});
     }
   }
   auto block = std::make_shared<DataPtr>(get_allocator(Device(DeviceType::kCPU)).allocate(size));
@@ -92,14 +92,46 @@ class Runner {
     for (int i = 0; i < o_.warmup; ++i) call(b);
   }
 
-  Row row(int64_t bytes) {
+  // The row's size columns, before any measurement.
+  Row start_row(int64_t bytes) const {
     Row r;
     r.count = count_for(op_, bytes, o_.dtype, n_);
     r.bytes = std::max(input_elements(op_, r.count, n_), result_elements(op_, r.count, n_)) *
               static_cast<int64_t>(elem_);
+    return r;
+  }
+
+  Row row(int64_t bytes) {
+    Row r = start_row(bytes);
     r.out_of_place = measure(r, false);
     r.in_place = measure(r, true);
     return r;
+  }
+
+  // One timed loop: barrier, then -n back-to-back calls; seconds per call. `settle`: one
+  // untimed call first (interleaved sweeps: another library's loop just ran, so its buffers,
+  // not this one's, are in the caches).
+  double loop(const Row& r, bool in_place, bool settle) {
+    CallBuffers b = bufs_.call(op_, r.count, in_place, lib_.rank(), elem_);
+    if (settle) call(b);
+    lib_.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < o_.iters; ++i) call(b);
+    std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    return dt.count() / o_.iters;
+  }
+
+  // The figures from this rank's loops: the median loop averaged over ranks (a collective of
+  // this library, so every rank calls it), then the check.
+  Measure summarize(const Row& r, bool in_place, std::vector<double> per_iter) {
+    std::nth_element(per_iter.begin(), per_iter.begin() + per_iter.size() / 2, per_iter.end());
+    const double sec = lib_.sum_across(per_iter[per_iter.size() / 2]) / n_;
+    Measure m;
+    m.time_us = sec * 1e6;
+    m.algbw = sec > 0 ? static_cast<double>(r.bytes) / 1e9 / sec : 0;
+    m.busbw = m.algbw * bus_factor(op_, n_);
+    if (o_.check) m.wrong = check(bufs_.call(op_, r.count, in_place, lib_.rank(), elem_));
+    return m;
   }
 
  private:
@@ -108,23 +140,9 @@ class Runner {
   }
 
   Measure measure(const Row& r, bool in_place) {
-    CallBuffers b = bufs_.call(op_, r.count, in_place, lib_.rank(), elem_);
     std::vector<double> per_iter;
-    for (int rep = 0; rep < o_.repeats; ++rep) {
-      lib_.barrier();
-      auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < o_.iters; ++i) call(b);
-      std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
-      per_iter.push_back(dt.count() / o_.iters);
-    }
-    std::nth_element(per_iter.begin(), per_iter.begin() + per_iter.size() / 2, per_iter.end());
-    const double sec = lib_.sum_across(per_iter[per_iter.size() / 2]) / n_;
-    Measure m;
-    m.time_us = sec * 1e6;
-    m.algbw = sec > 0 ? static_cast<double>(r.bytes) / 1e9 / sec : 0;
-    m.busbw = m.algbw * bus_factor(op_, n_);
-    if (o_.check) m.wrong = check(b);
-    return m;
+    for (int rep = 0; rep < o_.repeats; ++rep) per_iter.push_back(loop(r, in_place, false));
+    return summarize(r, in_place, std::move(per_iter));
   }
 
   int64_t check(const CallBuffers& b) {
@@ -160,22 +178,63 @@ double OpResult::avg_busbw() const {
   return sum / (2.0 * static_cast<double>(rows.size()));
 }
 
-OpResult sweep(Collectives& lib, const BenchOptions& o, Op op, const RowSink& sink) {
-  OpResult result;
+namespace {
+
+// The result's name columns; a Runner, warmed up, unless the library cannot run the op.
+std::unique_ptr<Runner> start(Collectives& lib, const BenchOptions& o, Op op, OpResult& result) {
   result.library = lib.name();
   result.op = op;
   result.root = op_rooted(op) ? o.root : -1;
   result.skipped = lib.unsupported(op, o.dtype, o.redop);
-  if (!result.skipped.empty()) return result;
+  if (!result.skipped.empty()) return nullptr;
   BRAID_CHECK(o.root < lib.size(), kOutOfRange, "-r ", o.root, ": expected a rank below the ",
               lib.size(), " ranks of the job");
+  auto runner = std::make_unique<Runner>(lib, o, op);
+  runner->warmup(o.max_bytes);
+  runner->warmup(o.min_bytes);
+  return runner;
+}
 
-  Runner runner(lib, o, op);
-  runner.warmup(o.max_bytes);
-  runner.warmup(o.min_bytes);
+}  // namespace
+
+std::vector<OpResult> sweep_interleaved(const std::vector<Collectives*>& libs,
+                                        const BenchOptions& o, Op op) {
+  std::vector<OpResult> results(libs.size());
+  std::vector<std::unique_ptr<Runner>> runners;
+  for (size_t i = 0; i < libs.size(); ++i) runners.push_back(start(*libs[i], o, op, results[i]));
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
        bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
-    result.rows.push_back(runner.row(bytes));
+    std::vector<Row> rows(libs.size());
+    for (size_t i = 0; i < libs.size(); ++i) {
+      if (runners[i]) rows[i] = runners[i]->start_row(bytes);
+    }
+    for (bool in_place : {false, true}) {
+      std::vector<std::vector<double>> loops(libs.size());
+      for (int rep = 0; rep < o.repeats; ++rep) {
+        for (size_t i = 0; i < libs.size(); ++i) {
+          if (runners[i]) loops[i].push_back(runners[i]->loop(rows[i], in_place, true));
+        }
+      }
+      for (size_t i = 0; i < libs.size(); ++i) {
+        if (!runners[i]) continue;
+        (in_place ? rows[i].in_place : rows[i].out_of_place) =
+            runners[i]->summarize(rows[i], in_place, std::move(loops[i]));
+      }
+    }
+    for (size_t i = 0; i < libs.size(); ++i) {
+      if (runners[i]) results[i].rows.push_back(rows[i]);
+    }
+  }
+  return results;
+}
+
+OpResult sweep(Collectives& lib, const BenchOptions& o, Op op, const RowSink& sink) {
+  OpResult result;
+  std::unique_ptr<Runner> runner = start(lib, o, op, result);
+  if (!runner) return result;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
+    result.rows.push_back(runner->row(bytes));
     if (sink) sink(result, result.rows.back());
   }
   return result;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,13 @@ struct OpResult {
 using RowSink = std::function<void(const OpResult& so_far, const Row& row)>;
 
 OpResult sweep(Collectives& lib, const BenchOptions& options, Op op, const RowSink& sink);
+
+// The same sweep of one collective on several libraries at once (--peer): for each size and
+// placement, timed loop r of every library runs in turn (library order), r = 1..repeats, each
+// after one untimed call. A machine whose speed drifts during the run (a shared VM) then slows
+// every library's loops alike, and the ratios between them hold. One OpResult per library,
+// in the order of `libs`.
+std::vector<OpResult> sweep_interleaved(const std::vector<Collectives*>& libs,
+                                        const BenchOptions& options, Op op);
 
 }  // namespace braid::bench

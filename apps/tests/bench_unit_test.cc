@@ -1,6 +1,7 @@
 // Tests of apps/bench's pieces without processes: option parsing and validation, the bus
 // bandwidth factors, the -c 1 checker against collectives simulated here in plain C++ (so a
-// checker that accepts anything, or rejects correct results, fails), and the table layout.
+// checker that accepts anything, or rejects correct results, fails), the table layout, and
+// the order in which an interleaved sweep runs the libraries' loops.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include "bench/bench.h"
 #include "bench/check.h"
 #include "bench/report.h"
+#include "bench/sweep.h"
 #include "braid/core/error.h"
 
 namespace braid::bench {
@@ -224,6 +226,63 @@ TEST(BenchReport, RowFollowsNcclTestsColumns) {
   o.check = false;
   row.out_of_place.wrong = -1;
   EXPECT_NE(format_row(r, row, o).find("    N/A"), std::string::npos);
+}
+
+// ---- interleaved sweeps (--peer) --------------------------------------------------------------
+
+// A one-rank library that logs its calls: "<name> run" / "<name> barrier".
+class Recorder final : public Collectives {
+ public:
+  Recorder(std::string name, std::vector<std::string>* log, std::string unsupported = "")
+      : name_(std::move(name)), log_(log), unsupported_(std::move(unsupported)) {}
+  std::string name() const override { return name_; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void* run(Op, const CallBuffers& b, DType, ReduceOp, int) override {
+    log_->push_back(name_ + " run");
+    return b.recv;
+  }
+  void barrier() override { log_->push_back(name_ + " barrier"); }
+  double sum_across(double value) override { return value; }
+  std::string unsupported(Op, DType, ReduceOp) const override { return unsupported_; }
+
+ private:
+  std::string name_;
+  std::vector<std::string>* log_;
+  std::string unsupported_;
+};
+
+TEST(BenchSweep, InterleavedSweepAlternatesTheLibrariesLoopByLoop) {
+  BenchOptions o;
+  o.min_bytes = 8;
+  o.max_bytes = 16;  // two sizes
+  o.factor = 2;
+  o.iters = 2;
+  o.warmup = 1;
+  o.repeats = 3;
+  o.check = false;
+  std::vector<std::string> log;
+  Recorder a("A", &log), b("B", &log), c("C", &log, "no such op here");
+  std::vector<OpResult> r = sweep_interleaved({&a, &b, &c}, o, Op::kAllReduce);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].library, "A");
+  EXPECT_EQ(r[1].library, "B");
+  ASSERT_EQ(r[0].rows.size(), 2u);
+  ASSERT_EQ(r[1].rows.size(), 2u);
+  EXPECT_EQ(r[0].rows[1].bytes, 16);
+  EXPECT_EQ(r[2].skipped, "no such op here");
+  EXPECT_TRUE(r[2].rows.empty());
+  // Warm-up: A's two calls (largest and smallest size), then B's. Then for each of 2 sizes x 2
+  // placements x 3 repeats, A's loop and then B's: one untimed call, the barrier, 2 calls.
+  std::vector<std::string> expect = {"A run", "A run", "B run", "B run"};
+  for (int k = 0; k < 2 * 2 * 3; ++k) {
+    for (const char* lib : {"A", "B"}) {
+      for (const char* what : {" run", " barrier", " run", " run"}) {
+        expect.push_back(std::string(lib) + what);
+      }
+    }
+  }
+  EXPECT_EQ(log, expect);
 }
 
 }  // namespace
