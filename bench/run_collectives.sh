@@ -2,7 +2,8 @@
 # Measures all_reduce, all_gather and reduce_scatter with 2 and 4 ranks from 16 B to 64 MiB
 # for braid (shm backend; ordinary buffers, then -R 1 buffers from the shm arena), OpenMPI
 # (braid bench --peer mpi under mpirun) and Gloo (torch, bench/collectives_vs_gloo.py), and the
-# machine's own floor (bench/cacheline_probe: a 2-process barrier round) before and after. Tables
+# machine's own floor (bench/cacheline_probe: a 2-process barrier round and a bare 1 MiB
+# all_reduce data path) and the CPU steal time of the run (a VM's slow phases). Tables
 # go to OUT (default bench-collectives-<date>/); the summary is in docs/performance.md
 # ("Collectives"). A measurement, not a test.
 #   bench/run_collectives.sh [BUILD_DIR] [OUT_DIR]
@@ -21,6 +22,7 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# mpirun: $(mpirun --version 2>&1 | head -1)"
   echo "# floor before: $("$build/bin/cacheline_probe" barrier)"
+  "$build/bin/cacheline_probe" allreduce 1048576 | sed 's/^/# bare data path: /'
 } >"$out/machine.txt"
 # CPU time the hypervisor gave to others (steal) over the run: a VM's slow phases show here.
 read -r -a stat0 < <(head -1 /proc/stat)
@@ -39,7 +41,10 @@ for n in 2 4; do
     --op all_reduce --op all_gather --op reduce_scatter >"$out/gloo_np$n.txt"
   echo "# load average after np=$n: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$out/machine.txt"
 done
-echo "# floor after: $("$build/bin/cacheline_probe" barrier)" >>"$out/machine.txt"
+{
+  echo "# floor after: $("$build/bin/cacheline_probe" barrier)"
+  "$build/bin/cacheline_probe" allreduce 1048576 | sed 's/^/# bare data path: /'
+} >>"$out/machine.txt"
 read -r -a stat1 < <(head -1 /proc/stat)
 awk -v a="${stat0[*]:1}" -v b="${stat1[*]:1}" 'BEGIN {
   split(a, x); split(b, y); for (i in y) t += y[i] - x[i]
