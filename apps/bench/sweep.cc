@@ -195,6 +195,16 @@ std::unique_ptr<Runner> start(Collectives& lib, const BenchOptions& o, Op op, Op
   return runner;
 }
 
+// -b, -b x -f, ... up to -e.
+std::vector<int64_t> sizes(const BenchOptions& o) {
+  std::vector<int64_t> out;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
+    out.push_back(bytes);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<OpResult> sweep_interleaved(const std::vector<Collectives*>& libs,
@@ -202,8 +212,7 @@ std::vector<OpResult> sweep_interleaved(const std::vector<Collectives*>& libs,
   std::vector<OpResult> results(libs.size());
   std::vector<std::unique_ptr<Runner>> runners;
   for (size_t i = 0; i < libs.size(); ++i) runners.push_back(start(*libs[i], o, op, results[i]));
-  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
-       bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
+  for (int64_t bytes : sizes(o)) {
     std::vector<Row> rows(libs.size());
     for (size_t i = 0; i < libs.size(); ++i) {
       if (runners[i]) rows[i] = runners[i]->start_row(bytes);
@@ -232,8 +241,7 @@ OpResult sweep(Collectives& lib, const BenchOptions& o, Op op, const RowSink& si
   OpResult result;
   std::unique_ptr<Runner> runner = start(lib, o, op, result);
   if (!runner) return result;
-  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes;
-       bytes = std::max<int64_t>(bytes * o.factor, bytes + 1)) {
+  for (int64_t bytes : sizes(o)) {
     result.rows.push_back(runner->row(bytes));
     if (sink) sink(result, result.rows.back());
   }
