@@ -47,7 +47,7 @@ done
 } >>"$out/machine.txt"
 read -r -a stat1 < <(head -1 /proc/stat)
 awk -v a="${stat0[*]:1}" -v b="${stat1[*]:1}" 'BEGIN {
-  split(a, x); split(b, y); for (i in y) t += y[i] - x[i]
+  split(a, x); split(b, y); for (i = 1; i <= 8; i++) t += y[i] - x[i]  # user..steal
   printf "# steal during the run: %.1f%% of CPU time\n", (t > 0 ? 100 * (y[8] - x[8]) / t : 0)
 }' >>"$out/machine.txt"
 echo "results in $out" >&2

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "braid/core/config.h"
@@ -79,6 +80,42 @@ std::string format_preamble(const BenchOptions& o, const std::string& library, i
                                     : "braid cpu allocator (-R 0)") +
          fmt("# time: median of %d timed loops of %d iterations, averaged over ranks\n", o.repeats,
              o.iters);
+}
+
+namespace {
+
+// user, nice, system, idle, iowait, irq, softirq, steal (guest time is inside user and nice).
+bool cpu_fields(const std::string& line, uint64_t (&v)[8]) {
+  std::istringstream in(line);
+  std::string label;
+  in >> label;
+  if (label != "cpu") return false;
+  for (uint64_t& x : v) {
+    if (!(in >> x)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Steal cpu_steal(const std::string& before, const std::string& after) {
+  uint64_t a[8], b[8];
+  Steal out;
+  if (!cpu_fields(before, a) || !cpu_fields(after, b)) return out;
+  for (int i = 0; i < 8; ++i) {
+    if (b[i] < a[i]) return out;
+    out.ticks += b[i] - a[i];
+  }
+  if (out.ticks > 0) {
+    out.percent = 100.0 * static_cast<double>(b[7] - a[7]) / static_cast<double>(out.ticks);
+  }
+  return out;
+}
+
+std::string format_steal(const Steal& steal) {
+  if (steal.percent < 0) return {};
+  return fmt("# cpu steal during the run: %.1f%% of %llu CPU ticks (/proc/stat)\n", steal.percent,
+             static_cast<unsigned long long>(steal.ticks));
 }
 
 std::string format_header() {

@@ -2,6 +2,7 @@
 // -J JSON file (formats in docs/bench.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,18 @@ std::string format_footer(const OpResult& r);
 std::string format_skipped(const OpResult& r);
 // braid busbw / peer busbw per collective and size, out of place and in place.
 std::string format_ratios(const std::vector<OpResult>& braid, const std::vector<OpResult>& peer);
+
+// The share of CPU time the hypervisor gave to other guests (steal) between two readings of the
+// first line of /proc/stat ("cpu user nice system idle iowait irq softirq steal ..."): percent of
+// the user..steal ticks that passed; percent < 0 when either line does not read that way. A
+// shared VM's slow phases show here.
+struct Steal {
+  double percent = -1;
+  uint64_t ticks = 0;  // user..steal ticks (USER_HZ, all CPUs) between the readings
+};
+Steal cpu_steal(const std::string& before, const std::string& after);
+// "# cpu steal during the run: 5.5% of 1234 CPU ticks (/proc/stat)\n"; empty when unknown.
+std::string format_steal(const Steal& steal);
 
 // The whole run as JSON (docs/bench.md, "JSON output").
 std::string to_json(const BenchOptions& o, int nranks, const std::vector<OpResult>& results);

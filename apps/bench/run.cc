@@ -147,7 +147,16 @@ int64_t total_wrong(const std::vector<OpResult>& results) {
   return w;
 }
 
+// The first line of /proc/stat (CPU time by kind); empty where there is none.
+std::string cpu_stat_line() {
+  std::ifstream f("/proc/stat");
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
 int run_rank(const BenchOptions& o) {
+  const std::string stat_before = cpu_stat_line();
   const RankInfo me = detect_rank_info();
   std::vector<std::unique_ptr<PeerSession>> peers;  // outlive braid's group (declared first)
   for (const std::string& name : o.peers) peers.push_back(start_peer(name));
@@ -164,6 +173,7 @@ int run_rank(const BenchOptions& o) {
     for (size_t i = 1; i < per_lib.size(); ++i) out.print(format_ratios(per_lib[0], per_lib[i]));
     for (auto& r : per_lib) all.insert(all.end(), r.begin(), r.end());
   }
+  out.print(format_steal(cpu_steal(stat_before, cpu_stat_line())));
   if (braid->rank() == 0 && !o.json_path.empty()) {
     std::ofstream f(o.json_path);
     f << to_json(o, braid->size(), all);

@@ -228,6 +228,22 @@ TEST(BenchReport, RowFollowsNcclTestsColumns) {
   EXPECT_NE(format_row(r, row, o).find("    N/A"), std::string::npos);
 }
 
+TEST(BenchReport, StealIsTheStealShareOfUserToSteal) {
+  // user nice system idle iowait irq softirq steal guest guest_nice
+  const std::string a = "cpu  100 0 100 700 0 0 0 100 50 0";
+  const std::string b = "cpu  200 0 200 1400 0 0 0 200 90 0";
+  const Steal s = cpu_steal(a, b);
+  EXPECT_DOUBLE_EQ(s.percent, 10.0);  // 100 of 1000; guest time is inside user
+  EXPECT_EQ(s.ticks, 1000u);
+  EXPECT_EQ(format_steal(s), "# cpu steal during the run: 10.0% of 1000 CPU ticks (/proc/stat)\n");
+  EXPECT_LT(cpu_steal("", b).percent, 0);
+  EXPECT_LT(cpu_steal("cpu0 1 2 3 4 5 6 7 8", b).percent, 0);  // a per-CPU line
+  EXPECT_LT(cpu_steal("cpu  1 2 3", b).percent, 0);            // too few fields
+  EXPECT_LT(cpu_steal(b, a).percent, 0);                       // counters went backwards
+  EXPECT_LT(cpu_steal(a, a).percent, 0);                       // no time passed
+  EXPECT_EQ(format_steal(Steal{}), "");
+}
+
 // ---- interleaved sweeps (--peer) --------------------------------------------------------------
 
 // A one-rank library that logs its calls: "<name> run" / "<name> barrier".
