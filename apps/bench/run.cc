@@ -99,7 +99,10 @@ std::shared_ptr<Store> braid_store(const RankInfo& me,
 // One collective's finished table: heading, header, rows and footer (or why it was skipped).
 void print_table(Out& out, const BenchOptions& o, const OpResult& r) {
   out.print("# Collective test: " + std::string(op_name(r.op)) + " (" + r.library + ")\n");
-  if (!r.skipped.empty()) return out.print(format_skipped(r));
+  if (!r.skipped.empty()) {
+    out.print(format_skipped(r));
+    return;
+  }
   out.print(format_header());
   for (const Row& row : r.rows) out.print(format_row(r, row, o) + "\n");
   out.print(format_footer(r));
