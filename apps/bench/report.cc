@@ -118,6 +118,10 @@ std::string format_steal(const Steal& steal) {
              static_cast<unsigned long long>(steal.ticks));
 }
 
+std::string format_heading(Op op, const std::string& library) {
+  return "# Collective test: " + std::string(op_name(op)) + " (" + library + ")\n";
+}
+
 std::string format_header() {
   return "#\n" +
          fmt("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place "

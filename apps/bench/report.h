@@ -12,6 +12,8 @@ namespace braid::bench {
 
 // "# nThread 1 nGpus 1 minBytes ..." and the library / rank lines.
 std::string format_preamble(const BenchOptions& o, const std::string& library, int nranks);
+// "# Collective test: all_reduce (braid shm)": the line that opens each library's table.
+std::string format_heading(Op op, const std::string& library);
 // The blank "#" line and the three header lines of nccl-tests' table.
 std::string format_header();
 // One table row, without the newline nccl-tests adds after the in-place columns.

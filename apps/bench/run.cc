@@ -98,7 +98,7 @@ std::shared_ptr<Store> braid_store(const RankInfo& me,
 
 // One collective's finished table: heading, header, rows and footer (or why it was skipped).
 void print_table(Out& out, const BenchOptions& o, const OpResult& r) {
-  out.print("# Collective test: " + std::string(op_name(r.op)) + " (" + r.library + ")\n");
+  out.print(format_heading(r.op, r.library));
   if (!r.skipped.empty()) {
     out.print(format_skipped(r));
     return;
@@ -130,7 +130,7 @@ std::vector<OpResult> run_sweeps(Collectives& lib, const BenchOptions& o, Out& o
   std::vector<OpResult> results;
   out.print(format_preamble(o, lib.name(), lib.size()));
   for (Op op : o.ops) {
-    out.print("# Collective test: " + std::string(op_name(op)) + " (" + lib.name() + ")\n");
+    out.print(format_heading(op, lib.name()));
     bool header = false;
     auto sink = [&](const OpResult& r, const Row& row) {
       if (!header) out.print(format_header());

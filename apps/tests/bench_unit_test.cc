@@ -218,6 +218,8 @@ TEST(BenchReport, RowFollowsNcclTestsColumns) {
   row.out_of_place = {12.345, 0.08, 0.12, 0};
   row.in_place = {123.45, 0.01, 0.02, 3};
   r.rows = {row};
+  EXPECT_EQ(format_heading(Op::kAllReduce, "braid shm"),
+            "# Collective test: all_reduce (braid shm)\n");
   const std::string line = format_row(r, row, o);
   EXPECT_EQ(line,
             "        1024           256     float     sum      -1    12.35    0.08    0.12      0"
