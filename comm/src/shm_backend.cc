@@ -55,7 +55,8 @@ inline void cpu_relax() {
 uint64_t env_bytes(const char* name, uint64_t fallback, uint64_t min_value) {
   const uint64_t v = get_env_bytes(name, fallback);
   BRAID_CHECK(v >= min_value, kInvalidArgument, "environment variable ", name, "=",
-              std::getenv(name), " is too small (expected at least ", min_value, " bytes)");
+              get_env_string(name).value_or(std::to_string(v)), " is too small (expected at least ",
+              min_value, " bytes)");
   return v;
 }
 
