@@ -88,15 +88,20 @@ ok)
 kill-node1)
   [[ $status0 -ne 0 && $status0 -ne 124 && $status0 -ne 137 ]] ||
     fail "mpirun exited $status0, expected a failure (not the test's timeout, 124 or 137)"
-  # mpirun ends the job from whichever it notices first (both were seen): its TCP connection
-  # to node 1's orted closing ("lost communication with a remote daemon", naming the node), or
-  # its launch agent for node 1 (the ssh stand-in, killed with the node) exiting ("unable to
-  # reliably start one or more daemons", which names no node).
+  # mpirun ends the job from whichever it notices first (all three were seen): its TCP
+  # connection to node 1's orted closing ("lost communication with a remote daemon", naming
+  # the node), its launch agent for node 1 (the ssh stand-in, killed with the node) exiting
+  # ("unable to reliably start one or more daemons", which names no node), or a rank of node 0
+  # whose TCP connection to a rank of node 1 broke ("peer process has unexpectedly
+  # disconnected", naming node 1's address as the peer host) exiting non-zero.
   if grep -q "ORTE has lost communication with a remote daemon" "$out0"; then
     grep -Eq "Remote daemon: .* on node ${addr[1]//./\\.}$" "$out0" ||
       fail "mpirun lost a daemon but does not name node 1 (${addr[1]}) as its node"
+  elif grep -q "peer process has unexpectedly disconnected" "$out0"; then
+    grep -Eq "Peer host: +${addr[1]//./\\.}$" "$out0" ||
+      fail "a rank lost an MPI peer but the report does not name node 1 (${addr[1]}) as its host"
   elif ! grep -q "ORTE was unable to reliably start one or more daemons" "$out0"; then
-    fail "mpirun's output says neither that it lost node 1's daemon nor that its launch failed"
+    fail "mpirun's output says neither that it lost node 1's daemon or a peer on it nor that its launch failed"
   fi
   for ((r = 0; r < nproc; r++)); do
     ! grep -Eq "^\[rank $r\] (done|completed all_reduce #40)$" "$out0" ||
