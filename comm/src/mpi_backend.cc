@@ -13,6 +13,7 @@
 #include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
+#include "wait_policy.h"
 
 namespace braid {
 namespace mpi {
@@ -28,16 +29,6 @@ constexpr std::chrono::microseconds kFirstSleep{10};
 constexpr std::chrono::microseconds kMaxSleep{1000};
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 constexpr int kCreateTag = 0x6272;  // MPI_Comm_create_group's tag ("br")
-
-int usable_cpus() {
-  static const int cpus = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-    return std::max(1, CPU_COUNT(&set));
-  }();
-  return cpus;
-}
 
 std::string mpi_error_text(int rc) {
   char text[MPI_MAX_ERROR_STRING];

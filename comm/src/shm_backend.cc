@@ -15,6 +15,7 @@
 #include "braid/core/environment.h"
 #include "fold.h"
 #include "shm_group.h"
+#include "wait_policy.h"
 
 namespace braid {
 namespace {
@@ -30,17 +31,6 @@ constexpr int kPollsBeforeClock = 64;  // ~1-5 us of pause, within any spin budg
 constexpr int kPollsWithoutPause = 32;
 constexpr std::chrono::milliseconds kSlice{50};
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
-
-// CPUs this process may run on (its affinity mask), read once.
-int usable_cpus() {
-  static const int cpus = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-    return std::max(1, CPU_COUNT(&set));
-  }();
-  return cpus;
-}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)

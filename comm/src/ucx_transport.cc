@@ -18,8 +18,11 @@
 #include <cstring>
 #include <sstream>
 
+#include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
+#include "ucx_config.h"
+#include "wait_policy.h"
 
 namespace braid {
 namespace {
@@ -29,6 +32,10 @@ using p2p::Clock;
 // Progress back to back for this long before blocking on the event fds: a reply that is
 // already on its way costs no system call.
 constexpr std::chrono::microseconds kSpinTime{50};
+// ... and, while progress delivers events, for this long after the last one (Note [Spin while
+// data flows], wait_policy.h). 1 ms was not enough between the tcp pieces of a 4 MiB message
+// on the development VM; 5 ms was.
+constexpr std::chrono::milliseconds kActiveSpinTime{5};
 // Longest single poll(): bounds how late a completion is noticed should a transport not
 // signal its event fd (the wait still sleeps, it does not spin).
 constexpr int kMaxPollMs = 10;
@@ -209,10 +216,13 @@ class UcxTransport final : public p2p::Transport {
   // progressed again), and keepalive and connection traffic need progress too. So every wait
   // progresses all workers, not only those of its requests; otherwise a message to a peer
   // this rank no longer waits on can stay unsent, and that peer times out.
-  void progress_all() {
+  // Returns the events the workers delivered.
+  unsigned progress_all() {
+    unsigned events = 0;
     for (Lane& lane : lanes_) {
-      if (lane.worker) ucp_worker_progress(lane.worker);
+      if (lane.worker) events += ucp_worker_progress(lane.worker);
     }
+    return events;
   }
   // Sleeps on the event fds of `peers`' workers until one fires or `deadline` (at most
   // kMaxPollMs); returns at once when a worker has events pending.
@@ -223,11 +233,20 @@ class UcxTransport final : public p2p::Transport {
   ucp_context_h context_ = nullptr;
   std::vector<Lane> lanes_;
   std::vector<int> all_peers_;  // 0 .. size - 1: block() sleeps on every worker
+  // This node's ranks (LOCAL_WORLD_SIZE or the launcher's equivalent) leave a CPU to spare:
+  // waits may spin while data flows (Note [Spin while data flows]).
+  bool spare_cpu_ = detect_rank_info().local_world_size < usable_cpus();
 };
 
 void UcxTransport::start() {
   ucp_config_t* config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  try {
+    apply_tcp_copy_mode(config);  // Note [tcp copy mode]
+  } catch (...) {
+    ucp_config_release(config);
+    throw;
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
@@ -388,10 +407,11 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
   BRAID_CHECK(peers.size() == requests.size(), kInvalidArgument, "ucx transport wait_all(", what,
               "): ", peers.size(), " peers for ", requests.size(),
               " requests; expected one peer per request");
-  const auto spin_end = Clock::now() + kSpinTime;
+  SpinWindow spin(Clock::now(), kSpinTime, kActiveSpinTime, spare_cpu_);
   while (true) {
-    progress_all();  // one progress per worker per pass, not one per request (a segmented
-                     // round has hundreds: each progress of a tcp worker is a system call)
+    // One progress per worker per pass, not one per request (a segmented round has hundreds:
+    // each progress of a tcp worker is a system call).
+    const unsigned events = progress_all();
     std::vector<int> pending, lost;
     for (size_t i = 0; i < requests.size(); ++i) {
       auto* r = static_cast<UcxRequest*>(requests[i].get());
@@ -419,7 +439,8 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
       BRAID_FAIL(kTimeout, "ucx transport: ", what, ": timed out with ", pending.size(), " of ",
                  requests.size(), " requests unfinished, waiting on peers ", peer_text(pending));
     }
-    if (now >= spin_end) {
+    spin.progressed(now, events);
+    if (spin.should_block(now)) {
       block(all_peers_, deadline);
     } else {
       sched_yield();

@@ -44,29 +44,7 @@ const bool kShmRegistered = [] {
   return conformance::register_backend_for_conformance(tiny);
 }();
 
-// Sets environment variables for its lifetime (thread ranks share the process's).
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const std::map<std::string, std::string>& env) {
-    for (const auto& [key, value] : env) {
-      const char* old = std::getenv(key.c_str());
-      saved_.emplace_back(key, old ? std::optional<std::string>(old) : std::nullopt);
-      setenv(key.c_str(), value.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    for (const auto& [key, value] : saved_) {
-      if (value) {
-        setenv(key.c_str(), value->c_str(), 1);
-      } else {
-        unsetenv(key.c_str());
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
+using testing::ScopedEnv;
 
 // One rank: its world group, the suite, and its failures as the rank's error.
 void run_rank(const ConformanceBackend& b, int rank, int size, std::shared_ptr<Store> store) {
