@@ -26,8 +26,15 @@ std::vector<UcxSetting> tcp_copy_mode_settings(
   }
   std::vector<UcxSetting> out;
   if (!apply) return out;
-  for (UcxSetting s : {UcxSetting{"ZCOPY_THRESH", "inf"}, UcxSetting{"TCP_PUT_ENABLE", "n"}}) {
-    if (!env("UCX_" + s.key)) out.push_back(s);  // the user's own setting wins
+  // TCP_TX_SEG_SIZE: UCX's copy buffers, 8 KiB by default, as large as its receive segments:
+  // a 4 MiB broadcast went from 1.7-1.9 to 3.7-3.8 GB/s between two network namespaces, and
+  // with 2 ranks per node on 2 vCPUs the copy mode's cost (0.37 -> 0.31 GB/s busbw all_reduce)
+  // went back to 0.36 (docs/performance.md).
+  const UcxSetting mode[] = {{"UCX_ZCOPY_THRESH", "ZCOPY_THRESH", "inf"},
+                             {"UCX_TCP_PUT_ENABLE", "PUT_ENABLE", "n"},
+                             {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64K"}};
+  for (const UcxSetting& s : mode) {
+    if (!env(s.variable)) out.push_back(s);  // the user's own setting wins
   }
   return out;
 }
@@ -81,8 +88,8 @@ std::vector<UcxSetting> apply_tcp_copy_mode(ucp_config* config) {
   for (const UcxSetting& s : settings) {
     const ucs_status_t st = ucp_config_modify(config, s.key.c_str(), s.value.c_str());
     BRAID_CHECK(st == UCS_OK, kInternal, "ucx transport: ucp_config_modify(", s.key, "=", s.value,
-                ") failed: ", ucs_status_string(st));
-    BRAID_LOG(kDebug) << "ucx transport: tcp copy mode: UCX_" << s.key << "=" << s.value;
+                ") for ", s.variable, " failed: ", ucs_status_string(st));
+    BRAID_LOG(kDebug) << "ucx transport: tcp copy mode: " << s.variable << "=" << s.value;
   }
   return settings;
 }

@@ -19,15 +19,19 @@ namespace braid {
 // instead of the peer-lost error: measured, 17 of 120 runs of 2 nodes x 1 rank in which node 1
 // is killed mid-all_reduce (docs/performance.md). Zero-copy sends over tcp are the eager
 // zcopy protocol and the rendezvous put_zcopy; with UCX_ZCOPY_THRESH=inf and
-// UCX_TCP_PUT_ENABLE=n tcp only sends from UCX's own buffers, which fail cleanly (0 of 40
-// aborts). So when tcp is the only network transport UCX has, braid sets both unless the
-// user set them; where InfiniBand is present the threshold would cost its zero-copy paths too,
+// UCX_TCP_PUT_ENABLE=n tcp only sends from UCX's own buffers, which fail cleanly (0 of 160
+// aborts), and UCX_TCP_TX_SEG_SIZE=64K makes those buffers large enough to cost nothing
+// measurable. So when tcp is the only network transport UCX has, braid sets the three unless
+// the user set them; where InfiniBand is present the threshold would cost its zero-copy paths too,
 // and nothing is changed. BRAID_UCX_TCP_ZCOPY=1 keeps UCX's defaults (a faster 4 MiB message
 // over tcp, at the risk above); =0 applies copy mode whatever the transports.
 
-// What copy mode would change: the UCX settings (without the UCX_ prefix) and their values.
+// One UCX setting of copy mode: the environment variable a user would set ("UCX_TCP_TX_SEG_SIZE"),
+// the key ucp_config_modify() takes for it ("TX_SEG_SIZE": a transport's own settings go by
+// their name without the transport's prefix, which UCX applies to every interface that has
+// one; "TCP_TX_SEG_SIZE" is rejected as an invalid configuration), and the value.
 struct UcxSetting {
-  std::string key, value;
+  std::string variable, key, value;
 };
 
 // `network_tls`: the transports of UCX's network devices on this machine (uct's resource
