@@ -21,7 +21,6 @@
 #include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
-#include "ucx_config.h"
 #include "wait_policy.h"
 
 namespace braid {
@@ -241,12 +240,6 @@ class UcxTransport final : public p2p::Transport {
 void UcxTransport::start() {
   ucp_config_t* config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-  try {
-    apply_tcp_copy_mode(config);  // Note [tcp copy mode]
-  } catch (...) {
-    ucp_config_release(config);
-    throw;
-  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -1,5 +1,5 @@
-// What the backends' waits share (docs/p2p.md, "Waiting"): how many CPUs this process may run
-// on, and the spin window of a point-to-point wait. Private to comm/.
+// What the backends' waits share (docs/ucx.md, "Sending, receiving, waiting"): how many CPUs
+// this process may run on, and the spin window of a point-to-point wait. Private to comm/.
 #pragma once
 
 #include <algorithm>

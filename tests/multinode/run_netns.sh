@@ -13,16 +13,7 @@
 # UCX_NET_DEVICES (default braid0), so that UCX between the nodes takes the veth, never the
 # shared /dev/shm; anything in BRAID_NETNS_ENV ("NAME=value NAME=value").
 # NETNS_MIN_VETH_BYTES (default 0): the least node 0 must receive over the veth (netns_lib.sh).
-# NETNS_REPEAT (default 1): runs the whole job that many times, each in fresh namespaces, and
-# fails at the first run that fails (for failures that show in some runs only).
 set -u
-if ((${NETNS_REPEAT:-1} > 1)); then
-  for ((k = 1; k <= NETNS_REPEAT; k++)); do
-    echo "---- run $k of $NETNS_REPEAT"
-    NETNS_REPEAT=1 bash "$0" "$@" || exit $?
-  done
-  exit 0
-fi
 braid=$1 nproc=$2 expect=$3
 shift 3
 case $expect in
