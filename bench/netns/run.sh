@@ -14,7 +14,9 @@
 #   bash bench/netns/run.sh OUT_DIR [BRAID_BINARY]
 # Environment: NETNS_BACKENDS ("ucx mpi hier"), NETNS_PPN ("1 2"), NETNS_SWEEP (braid bench's
 # size and loop flags), NETNS_PT_SIZES (ucx_perftest sizes), NETNS_MPI_BTL (OpenMPI's btl list;
-# default self,tcp, and self,vader,tcp beside hier, whose ranks share memory inside a node).
+# default self,tcp, and self,vader,tcp beside hier, whose ranks share memory inside a node),
+# NETNS_TCP_CC (cubic: the namespaces' TCP congestion control; "host" keeps the host's, see
+# docs/multinode.md, "TCP congestion control").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUT_DIR [BRAID_BINARY]}
@@ -43,6 +45,8 @@ out=$(cd "$out" && pwd)
 source "$here/../../tests/multinode/netns_lib.sh"
 netns_setup  # ns[], addr[], tag, netns_tmp; cleans up on exit
 work=$netns_tmp
+cc=${NETNS_TCP_CC:-cubic}
+[[ $cc == host ]] || netns_tcp_cc "$cc" || die "cannot set TCP congestion control $cc"
 # The namespaces share /dev/shm and IPC: without these UCX would reach node 1 through shared
 # memory. Both UCX users (ucx_perftest, braid's ucx backend) see the same settings.
 export UCX_TLS=tcp,self UCX_NET_DEVICES=braid0
@@ -55,6 +59,7 @@ in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $(mpirun --version 2>&1 | head -1); UCX $(ucx_info -v | sed -n 's/^# Version //p')"
   echo "# braid: $braid; UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES"
+  echo "# TCP congestion control: $(ip netns exec "${ns[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control)"
   echo "# link: veth braid0 ${addr[0]} <-> ${addr[1]}, mtu $(ip -n "${ns[0]}" -o link show braid0 | sed -n 's/.*mtu \([0-9]*\).*/\1/p')"
 } >"$out/machine.txt"
 
