@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,6 +166,13 @@ class MpiSession final : public PeerSession {
     collectives_ = std::make_unique<MpiCollectives>();
   }
   ~MpiSession() override {
+    if (std::uncaught_exceptions() > unwinding_) {
+      // An error is leaving the run: a barrier (or MPI_Finalize) would wait, without a
+      // deadline, for ranks that may be stuck in the call that failed here. Leave without
+      // them; mpirun ends the job when this rank exits non-zero.
+      server_.reset();
+      return;
+    }
     // Every rank is done with braid's store before rank 0 stops serving it.
     MPI_Barrier(MPI_COMM_WORLD);
     server_.reset();
@@ -201,6 +209,8 @@ class MpiSession final : public PeerSession {
 
  private:
   bool owns_mpi_ = false;
+  // Exceptions already in flight when the session began (normally none).
+  const int unwinding_ = std::uncaught_exceptions();
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<MpiCollectives> collectives_;
 };

@@ -108,16 +108,18 @@ class Runner {
     return r;
   }
 
-  // One timed loop: barrier, then -n back-to-back calls; seconds per call. `settle`: one
-  // untimed call first (interleaved sweeps: another library's loop just ran, so its buffers,
-  // not this one's, are in the caches).
-  double loop(const Row& r, bool in_place, bool settle) {
+  // One timed loop: barrier, then -n back-to-back calls; seconds per call. `interleaved`
+  // (another library's loop runs next): one untimed call first, because that library's
+  // buffers, not this one's, are in the caches; and an untimed barrier last
+  // (Note [Hand-over between libraries]).
+  double loop(const Row& r, bool in_place, bool interleaved) {
     CallBuffers b = bufs_.call(op_, r.count, in_place, lib_.rank(), elem_);
-    if (settle) call(b);
+    if (interleaved) call(b);
     lib_.barrier();
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o_.iters; ++i) call(b);
     std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+    if (interleaved) lib_.barrier();
     return dt.count() / o_.iters;
   }
 
@@ -131,6 +133,7 @@ class Runner {
     m.algbw = sec > 0 ? static_cast<double>(r.bytes) / 1e9 / sec : 0;
     m.busbw = m.algbw * bus_factor(op_, n_);
     if (o_.check) m.wrong = check(bufs_.call(op_, r.count, in_place, lib_.rank(), elem_));
+    lib_.barrier();  // Note [Hand-over between libraries]
     return m;
   }
 
@@ -207,6 +210,17 @@ std::vector<int64_t> sizes(const BenchOptions& o) {
 
 }  // namespace
 
+// Note [Hand-over between libraries]: a library may let a rank leave a collective while
+// some of its messages still wait in the library's own queues, to go out the next time that
+// rank progresses it: OpenMPI's tcp btl does, and MPI progresses only inside MPI calls. In an
+// interleaved sweep such a rank then enters the other library's loop, and the rank that
+// waits for those messages never leaves the first library: each blocks in a different
+// library until braid's deadline. Seen in bench/netns/run.sh with 2 ranks per node: node 0's
+// ranks in MPI_Allgather, node 1's in braid's next call, until braid timed out (docs/bench.md).
+// So in an interleaved sweep every loop ends with its own library's barrier, and so does every
+// summary (in any sweep): a rank leaves it only once every rank has entered it, so every rank
+// has finished the library's collectives before, and the rank waiting in it keeps progressing
+// the library.
 std::vector<OpResult> sweep_interleaved(const std::vector<Collectives*>& libs,
                                         const BenchOptions& o, Op op) {
   std::vector<OpResult> results(libs.size());

@@ -291,14 +291,20 @@ TEST(BenchSweep, InterleavedSweepAlternatesTheLibrariesLoopByLoop) {
   EXPECT_EQ(r[2].skipped, "no such op here");
   EXPECT_TRUE(r[2].rows.empty());
   // Warm-up: A's two calls (largest and smallest size), then B's. Then for each of 2 sizes x 2
-  // placements x 3 repeats, A's loop and then B's: one untimed call, the barrier, 2 calls.
+  // placements: 3 repeats of A's loop and then B's (one untimed call, the barrier, 2 calls, and
+  // a barrier before the other library runs: Note [Hand-over between libraries]), then A's
+  // summary and B's, each ending with its library's barrier.
   std::vector<std::string> expect = {"A run", "A run", "B run", "B run"};
-  for (int k = 0; k < 2 * 2 * 3; ++k) {
-    for (const char* lib : {"A", "B"}) {
-      for (const char* what : {" run", " barrier", " run", " run"}) {
-        expect.push_back(std::string(lib) + what);
+  for (int k = 0; k < 2 * 2; ++k) {
+    for (int rep = 0; rep < 3; ++rep) {
+      for (const char* lib : {"A", "B"}) {
+        for (const char* what : {" run", " barrier", " run", " run", " barrier"}) {
+          expect.push_back(std::string(lib) + what);
+        }
       }
     }
+    expect.push_back("A barrier");
+    expect.push_back("B barrier");
   }
   EXPECT_EQ(log, expect);
 }

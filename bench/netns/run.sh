@@ -16,7 +16,8 @@
 # size and loop flags), NETNS_PT_SIZES (ucx_perftest sizes), NETNS_MPI_BTL (OpenMPI's btl list;
 # default self,tcp, and self,vader,tcp beside hier, whose ranks share memory inside a node),
 # NETNS_TCP_CC (cubic: the namespaces' TCP congestion control; "host" keeps the host's, see
-# docs/multinode.md, "TCP congestion control").
+# docs/multinode.md, "TCP congestion control"), NETNS_EXPORT (names of more environment
+# variables to pass to the ranks, e.g. "UCX_ZCOPY_THRESH").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: run.sh OUT_DIR [BRAID_BINARY]}
@@ -45,6 +46,8 @@ out=$(cd "$out" && pwd)
 source "$here/../../tests/multinode/netns_lib.sh"
 netns_setup  # ns[], addr[], tag, netns_tmp; cleans up on exit
 work=$netns_tmp
+exports=()  # NETNS_EXPORT: more variables for the ranks
+for v in ${NETNS_EXPORT:-}; do exports+=(-x "$v"); done
 cc=${NETNS_TCP_CC:-cubic}
 [[ $cc == host ]] || netns_tcp_cc "$cc" || die "cannot set TCP congestion control $cc"
 # The namespaces share /dev/shm and IPC: without these UCX would reach node 1 through shared
@@ -137,7 +140,7 @@ for backend in $backends; do
       --mca plm_rsh_agent "$work/agent.sh" --mca pml ob1 --mca btl "$btl" \
       --mca btl_tcp_if_include braid0 --mca oob_tcp_if_include braid0 \
       --host "${addr[0]}:$ppn,${addr[1]}:$ppn" -np $((2 * ppn)) \
-      -x UCX_TLS -x UCX_NET_DEVICES -x BRAID_TIMEOUT -x MASTER_ADDR="${addr[0]}" \
+      -x UCX_TLS -x UCX_NET_DEVICES -x BRAID_TIMEOUT -x MASTER_ADDR="${addr[0]}" "${exports[@]}" \
       "$braid" bench --backend "$backend" --peer mpi "${sweep[@]}" "${ops[@]}" \
       -J "$out/$name.json" >"$out/$name.txt" 2>"$work/$name.err"
     rc=$?
