@@ -16,8 +16,7 @@
 # default (this VM's is bbr, under which a veth transfer's speed jumps between levels 2-3x
 # apart, docs/multinode.md). P2P_OP (broadcast), P2P_BACKEND (ucx) and P2P_PPN (1) choose the
 # collective, backend and ranks per node; the figures are busbw out of place and in place.
-# Needs root,
-# iproute2 and ucx_perftest, like run.sh. A measurement, not a test.
+# Needs root, iproute2 and ucx_perftest, like run.sh. A measurement, not a test.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: p2p_rounds.sh OUT_DIR [BRAID_BINARY] [ROUNDS] [SIZES]}
@@ -33,9 +32,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd)
 # shellcheck source=tests/multinode/netns_lib.sh
 source "$here/../../tests/multinode/netns_lib.sh"
 netns_setup  # ns[], addr[], tag, netns_tmp; cleans up on exit
-cc=${NETNS_TCP_CC:-cubic}  # docs/multinode.md, "TCP congestion control"
-[[ $cc == host ]] || netns_tcp_cc "$cc" || exit 1
-cc_used=$(ip netns exec "${ns[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control)
+netns_tcp_cc || exit 1  # NETNS_TCP_CC; docs/multinode.md, "TCP congestion control"
 export UCX_TLS=tcp,self UCX_NET_DEVICES=braid0 BRAID_TIMEOUT=300
 BRAID_STORE_TOKEN=$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export BRAID_STORE_TOKEN
@@ -77,7 +74,7 @@ tests=(tag_bw stream_bw ucp_am_bw)
 {
   echo "# $(date -u +%FT%TZ) $(uname -srm); load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# braid: $braid; UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES; $rounds rounds"
-  echo "# TCP congestion control in the namespaces: $cc_used"
+  echo "# TCP congestion control in the namespaces: $(netns_tcp_cc_used)"
   echo "# op ${P2P_OP:-broadcast}, backend ${P2P_BACKEND:-ucx}, ${P2P_PPN:-1} rank(s) per node"
   echo "# perftest columns: GB/s; *_eh with -e (peer error handling, as braid's endpoints)"
   for ((v = 0; v < nv; v++)); do echo "# variant $v: '${variants[v]}'"; done

@@ -48,8 +48,7 @@ netns_setup  # ns[], addr[], tag, netns_tmp; cleans up on exit
 work=$netns_tmp
 exports=()  # NETNS_EXPORT: more variables for the ranks
 for v in ${NETNS_EXPORT:-}; do exports+=(-x "$v"); done
-cc=${NETNS_TCP_CC:-cubic}
-[[ $cc == host ]] || netns_tcp_cc "$cc" || die "cannot set TCP congestion control $cc"
+netns_tcp_cc || die "cannot set TCP congestion control ${NETNS_TCP_CC:-cubic}"
 # The namespaces share /dev/shm and IPC: without these UCX would reach node 1 through shared
 # memory. Both UCX users (ucx_perftest, braid's ucx backend) see the same settings.
 export UCX_TLS=tcp,self UCX_NET_DEVICES=braid0
@@ -62,7 +61,7 @@ in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
   echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# $(mpirun --version 2>&1 | head -1); UCX $(ucx_info -v | sed -n 's/^# Version //p')"
   echo "# braid: $braid; UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES"
-  echo "# TCP congestion control: $(ip netns exec "${ns[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control)"
+  echo "# TCP congestion control: $(netns_tcp_cc_used)"
   echo "# link: veth braid0 ${addr[0]} <-> ${addr[1]}, mtu $(ip -n "${ns[0]}" -o link show braid0 | sed -n 's/.*mtu \([0-9]*\).*/\1/p')"
 } >"$out/machine.txt"
 

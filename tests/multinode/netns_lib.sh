@@ -12,9 +12,11 @@
 #   check_peer_lost FIRST N  ranks FIRST .. FIRST + N - 1 reported braid's peer-lost error
 #   check_veth MIN           node 0 received at least MIN bytes over the veth since the start
 #   finish WHAT              prints both outputs and exits 1 after failures, else "ok: WHAT"
-#   netns_tcp_cc NAME        both namespaces use TCP congestion control NAME (benchmarks: see
-#                            docs/multinode.md, "TCP congestion control"); NAME is added to the
-#                            host's allowed list for the run and the list is restored on exit
+#   netns_tcp_cc             both namespaces use the TCP congestion control NETNS_TCP_CC (default
+#                            cubic; "host" changes nothing; benchmarks, see docs/multinode.md,
+#                            "TCP congestion control"); it is added to the host's allowed list
+#                            for the run and the list is restored on exit
+#   netns_tcp_cc_used        the congestion control node 0's namespace uses
 # Environment: NETNS_MIN_VETH_BYTES (default 0): the least node 0 must receive over the veth;
 # NETNS_VERBOSE=1: print both nodes' output even when every check passed.
 
@@ -49,19 +51,24 @@ netns_setup() {
 }
 
 netns_tcp_cc() {
-  local allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control i
-  if ! grep -qw "$1" /proc/sys/net/ipv4/tcp_available_congestion_control; then
-    modprobe "tcp_$1" 2>/dev/null
-    grep -qw "$1" /proc/sys/net/ipv4/tcp_available_congestion_control ||
-      { echo "netns_tcp_cc: this kernel has no TCP congestion control '$1'" >&2; return 1; }
+  local cc=${NETNS_TCP_CC:-cubic} allowed=/proc/sys/net/ipv4/tcp_allowed_congestion_control i
+  [[ $cc == host ]] && return 0
+  if ! grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control; then
+    modprobe "tcp_$cc" 2>/dev/null
+    grep -qw "$cc" /proc/sys/net/ipv4/tcp_available_congestion_control ||
+      { echo "netns_tcp_cc: this kernel has no TCP congestion control '$cc'" >&2; return 1; }
   fi
-  if ! grep -qw "$1" "$allowed"; then
+  if ! grep -qw "$cc" "$allowed"; then
     netns_allowed_cc=$(cat "$allowed")
-    echo "$netns_allowed_cc $1" >"$allowed" || return 1
+    echo "$netns_allowed_cc $cc" >"$allowed" || return 1
   fi
   for i in 0 1; do
-    ip netns exec "${ns[$i]}" sysctl -qw "net.ipv4.tcp_congestion_control=$1" || return 1
+    ip netns exec "${ns[$i]}" sysctl -qw "net.ipv4.tcp_congestion_control=$cc" || return 1
   done
+}
+
+netns_tcp_cc_used() {
+  ip netns exec "${ns[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control
 }
 
 netns_cleanup() {
