@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # braid-ucx's point-to-point bandwidth against ucx_perftest over the same link, in alternating
 # rounds (issue 4's "within 10% of ucx_perftest"). Each round runs ucx_perftest (tag_bw,
-# stream_bw, ucp_am_bw, each without and with -e, peer error handling as braid's endpoints
-# have it) and then braid's broadcast between the two namespaces (`braid launch` on each node,
-# 1 rank per node, `braid bench --backend ucx --op broadcast`: one tagged message, segmented
-# as braid sends it). Per round it takes braid / best perftest and braid / best perftest with
-# -e; the medians of the rounds' ratios are the figures to read (docs/ucx.md, "Bandwidth
-# against ucx_perftest", says why the -e figure is the like-for-like one).
+# stream_bw, ucp_am_bw; each without and with -e, peer error handling as braid's endpoints
+# have it; each with UCX's defaults and with braid's UCX settings) and then braid's broadcast
+# between the two namespaces (`braid launch` on each node, 1 rank per node, `braid bench
+# --backend ucx --op broadcast`: one tagged message, segmented as braid sends it). Per round it
+# takes braid / best perftest and braid / best perftest with -e; the medians of the rounds'
+# ratios are the figures to read (docs/ucx.md, "Bandwidth against ucx_perftest", says why the
+# -e figure is the like-for-like one).
 #   bash bench/netns/p2p_rounds.sh OUT_DIR [BRAID_BINARY] [ROUNDS (5)] [SIZES ("4194304 67108864")]
 # A/B comparisons: P2P_VARIANTS="V1;V2;..." runs braid once per variant in each round, in an
 # order that rotates from round to round; a variant is words NAME=value set in the ranks'
@@ -38,12 +39,17 @@ BRAID_STORE_TOKEN=$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export BRAID_STORE_TOKEN
 in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
 
-perftest() {  # TEST SIZE [-e] -> GB/s (10^9 B/s; ucx_perftest's MB/s are 2^20 B/s)
-  local port=$((20000 + RANDOM % 20000)) line
-  in_ns 1 timeout -k 5 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
+# braid's own UCX settings (Note [braid's UCX defaults], comm/src/ucx_transport.cc): perftest
+# runs with and without them, so that the best perftest figure is the best of both.
+braid_ucx=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
+perftest() {  # TEST SIZE default|braid [-e] -> GB/s (10^9 B/s; ucx_perftest's MB/s are 2^20 B/s)
+  local port=$((20000 + RANDOM % 20000)) line envs=()
+  [[ $3 == braid ]] && envs=("${braid_ucx[@]}")
+  in_ns 1 env "${envs[@]}" timeout -k 5 120 ucx_perftest -p "$port" >/dev/null 2>&1 &
   sleep 0.4
-  line=$(in_ns 0 timeout -k 5 120 ucx_perftest "${addr[1]}" -p "$port" -t "$1" -s "$2" \
-    -n $((2147483648 / $2)) -w 2 ${3:+"$3"} -v 2>&1 | grep -E '^ *[0-9]+,' | tail -1 | tr -d ' ')
+  line=$(in_ns 0 env "${envs[@]}" timeout -k 5 120 ucx_perftest "${addr[1]}" -p "$port" -t "$1" \
+    -s "$2" -n $((2147483648 / $2)) -w 2 ${4:+"$4"} -v 2>&1 | grep -E '^ *[0-9]+,' | tail -1 |
+    tr -d ' ')
   wait
   echo "$line" | awk -F, '{printf "%.3f", $6 * 1048576 / 1e9}'
 }
@@ -76,10 +82,11 @@ tests=(tag_bw stream_bw ucp_am_bw)
   echo "# braid: $braid; UCX_TLS=$UCX_TLS UCX_NET_DEVICES=$UCX_NET_DEVICES; $rounds rounds"
   echo "# TCP congestion control in the namespaces: $(netns_tcp_cc_used)"
   echo "# op ${P2P_OP:-broadcast}, backend ${P2P_BACKEND:-ucx}, ${P2P_PPN:-1} rank(s) per node"
-  echo "# perftest columns: GB/s; *_eh with -e (peer error handling, as braid's endpoints)"
+  echo "# perftest columns: GB/s; *_eh with -e (peer error handling, as braid's endpoints);"
+  echo "# *_b with braid's UCX settings (${braid_ucx[*]})"
   for ((v = 0; v < nv; v++)); do echo "# variant $v: '${variants[v]}'"; done
   printf 'round,size'
-  for t in "${tests[@]}"; do printf ',%s,%s_eh' "$t" "$t"; done
+  for t in "${tests[@]}"; do printf ',%s,%s_eh,%s_b,%s_b_eh' "$t" "$t" "$t" "$t"; done
   printf ',best,best_eh'
   for ((v = 0; v < nv; v++)); do
     printf ',braid%d,braid_ip%d,ratio%d,ratio_eh%d,ratio_ip_eh%d' "$v" "$v" "$v" "$v" "$v"
@@ -91,8 +98,9 @@ for ((r = 1; r <= rounds; r++)); do
   for size in "${sizes[@]}"; do
     line="$r,$size" all=() eh=()
     for t in "${tests[@]}"; do
-      a=$(perftest "$t" "$size") e=$(perftest "$t" "$size" -e)
-      line+=",$a,$e" all+=("$a" "$e") eh+=("$e")
+      a=$(perftest "$t" "$size" default) e=$(perftest "$t" "$size" default -e)
+      ab=$(perftest "$t" "$size" braid) eb=$(perftest "$t" "$size" braid -e)
+      line+=",$a,$e,$ab,$eb" all+=("$a" "$e" "$ab" "$eb") eh+=("$e" "$eb")
     done
     best=$(printf '%s\n' "${all[@]}" | sort -g | tail -1)
     best_eh=$(printf '%s\n' "${eh[@]}" | sort -g | tail -1)
@@ -132,5 +140,5 @@ for v, name in enumerate(variants):
               f"(in place {med(float(r[f'braid_ip{v}']) for r in mine):.3f}); "
               f"perftest medians (GB/s): " + ", ".join(
                   f"{c} {med(float(r[c]) for r in mine):.3f}"
-                  for c in rows[0] if c.endswith("bw") or c.endswith("_eh")))
+                  for c in rows[0] if c.endswith(("bw", "_eh", "_b"))))
 PY

@@ -14,9 +14,13 @@
 #include <ucp/api/ucp.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
@@ -40,6 +44,48 @@ constexpr std::chrono::milliseconds kActiveSpinTime{5};
 constexpr int kMaxPollMs = 10;
 // How long shut-down waits for endpoints to flush before it forces them closed.
 constexpr std::chrono::milliseconds kCloseTime{2000};
+
+// The names of the transports `context` uses (tcp, self, posix, rc_mlx5, ...), from
+// ucp_context_print_info's resource lines ("#  resource 1  :  md 1  dev 1  flags -- tcp/eth0");
+// empty when the text has no such line.
+std::vector<std::string> context_transports(ucp_context_h context) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (out == nullptr) return {};
+  ucp_context_print_info(context, out);
+  std::fclose(out);
+  std::istringstream lines(std::string(text, length));
+  std::free(text);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t marker = line.find("-- ");
+    if (line.find("resource") == std::string::npos || marker == std::string::npos) continue;
+    const std::string tl_dev = line.substr(marker + 3);
+    names.push_back(tl_dev.substr(0, tl_dev.find('/')));
+  }
+  return names;
+}
+
+// Note [Copy mode on tcp]: UCX 1.13's tcp transport completes a zero-copy send twice when the
+// peer dies under it and aborts the process on an assertion (docs/ucx.md, "Known issue"); a
+// copying send has no such path. With braid's 512 KiB tcp segments copying measured no slower
+// (docs/performance.md), so where tcp is the only network transport, braid turns zero-copy
+// off (UCX_ZCOPY_THRESH=inf) unless the job set UCX_ZCOPY_THRESH itself. Any other network
+// transport (InfiniBand, or one not in this list) keeps UCX's zero-copy: there it is what
+// moves large messages fast.
+bool tcp_is_the_only_network(ucp_context_h context) {
+  bool tcp = false;
+  for (const std::string& name : context_transports(context)) {
+    if (name == "tcp") {
+      tcp = true;
+    } else if (name != "self" && name != "posix" && name != "sysv" && name != "cma" &&
+               name != "knem" && name != "xpmem") {
+      return false;
+    }
+  }
+  return tcp;
+}
 
 struct OpState {
   bool done = false;
@@ -67,6 +113,10 @@ struct Lane {
   int efd = -1;
   ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
   int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
+  // Set by the first abandoned request that waits (Note [Abandoned requests]): every later one
+  // on this lane waits no longer than that, so a lane costs at most kCloseTime however many
+  // of its requests are abandoned.
+  std::optional<std::chrono::steady_clock::time_point> close_deadline;
 };
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -76,6 +126,35 @@ void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
 void check_ucs(ucs_status_t status, const char* what) {
   BRAID_CHECK(status == UCS_OK, kInternal, "ucx transport: ", what,
               " failed: ", ucs_status_string(status));
+}
+
+// Note [braid's UCX defaults]: settings braid gives UCX where the job has not set the variable
+// itself (an `UCX_<name>` in the environment always wins). tcp's segment sizes: UCX 1.13's
+// defaults (8 KiB to send, 64 KiB to receive) cut a large message into active-message
+// fragments of at most 64 KiB, and with peer error handling (which braid's endpoints need)
+// large tcp messages go that way rather than by put_zcopy (docs/ucx.md, "Bandwidth against
+// ucx_perftest"). 512 KiB, the size of UCX's own rendezvous fragments, moved a 64 MiB
+// ucx_perftest `-e` message 7.0-8.5 GB/s between the namespaces against 4.8-5.9 with the
+// defaults (256 KiB: 6.2-7.7, 1 MiB: 7.2-7.4, 2 MiB: 5.1-5.6; docs/performance.md).
+struct UcxDefault {
+  const char* key;  // as ucp_config_modify takes it: a transport's key without its prefix
+  const char* env;  // the variable that, when set, keeps the job's own value
+  const char* value;
+};
+constexpr UcxDefault kUcxDefaults[] = {
+    {"TX_SEG_SIZE", "UCX_TCP_TX_SEG_SIZE", "512K"},
+    {"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "512K"},
+};
+
+// ucp_config_modify keeps a key it does not know itself for the transports, which apply it
+// when UCX opens them (`ucp_ep_print_info` shows it: with 512 KiB tcp sends eagerly up to
+// 524281 bytes); it overrides the environment, so only keys the job leaves unset are given.
+// Only tcp has these two keys; other transports ignore them.
+void apply_ucx_defaults(ucp_config_t* config) {
+  for (const UcxDefault& d : kUcxDefaults) {
+    if (std::getenv(d.env) != nullptr) continue;
+    check_ucs(ucp_config_modify(config, d.key, d.value), "ucp_config_modify");
+  }
 }
 
 class UcxRequest final : public p2p::Request {
@@ -113,8 +192,9 @@ class UcxRequest final : public p2p::Request {
   // cancelled. A receive already matched (rendezvous data arriving) or a send in flight cannot
   // be, and UCX would go on reading or writing the buffer: seen under ASan as a write into a
   // freed buffer during shut-down after a node was killed. Those close the lane's endpoint
-  // with FORCE, which completes its outstanding operations, and wait (at most kCloseTime) until
-  // this one has.
+  // with FORCE, which completes its outstanding operations, and wait until this one has, at
+  // most until kCloseTime after the lane's first such wait. A lane whose endpoint UCX has
+  // failed (the peer is lost) is not waited on: no more of that peer's data can arrive.
   void abandon();
 
   Lane& lane_;
@@ -125,9 +205,15 @@ class UcxRequest final : public p2p::Request {
 
 void UcxRequest::abandon() {
   ++lane_.abandoned;
+  const bool peer_failed = lane_.error != UCS_OK && lane_.error != UCS_ERR_CANCELED;
   ucp_request_cancel(lane_.worker, handle_);
   ucp_worker_progress(lane_.worker);
   if (state_.done) return;
+  // UCX failed this lane's endpoint itself (the peer is lost): the connection is gone, so
+  // nothing more from that peer can reach the buffer, and UCX never completes what was left on
+  // it (waiting only held the error back by kCloseTime per request, past `braid launch`'s grace
+  // period, on the ranks of the surviving node).
+  if (peer_failed) return;
   ucs_status_ptr_t closing = nullptr;
   if (lane_.ep) {  // else an earlier abandoned request of this lane closed it
     ucp_request_param_t p{};
@@ -138,7 +224,8 @@ void UcxRequest::abandon() {
     if (lane_.error == UCS_OK) lane_.error = UCS_ERR_CANCELED;
     if (UCS_PTR_IS_ERR(closing)) closing = nullptr;
   }
-  const auto end = Clock::now() + kCloseTime;
+  if (!lane_.close_deadline) lane_.close_deadline = Clock::now() + kCloseTime;
+  const Clock::time_point end = *lane_.close_deadline;
   while ((!state_.done || (closing && ucp_request_check_status(closing) == UCS_INPROGRESS)) &&
          Clock::now() < end) {
     if (ucp_worker_progress(lane_.worker) == 0) {
@@ -168,6 +255,21 @@ class UcxTransport final : public p2p::Transport {
 
   int rank() const override { return ctx_.rank; }
   int size() const override { return ctx_.size; }
+
+  std::string describe(int peer) {
+    Lane& lane = lane_of(peer, "describe");
+    BRAID_CHECK(lane.ep != nullptr, kPeerLost, "ucx transport describe: the endpoint to peer ",
+                peer_text({peer}), " was closed");
+    char* text = nullptr;
+    size_t length = 0;
+    FILE* out = open_memstream(&text, &length);
+    BRAID_CHECK(out != nullptr, kInternal, "ucx transport describe: open_memstream failed");
+    ucp_ep_print_info(lane.ep, out);
+    std::fclose(out);
+    std::string result(text, length);
+    std::free(text);
+    return result;
+  }
 
   std::unique_ptr<p2p::Request> isend(int peer, uint64_t tag, const void* data,
                                       size_t bytes) override {
@@ -240,11 +342,22 @@ class UcxTransport final : public p2p::Transport {
 void UcxTransport::start() {
   ucp_config_t* config = nullptr;
   check_ucs(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  apply_ucx_defaults(config);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.estimated_num_eps = static_cast<size_t>(ctx_.size);
-  const ucs_status_t st = ucp_init(&params, config, &context_);
+  ucs_status_t st = ucp_init(&params, config, &context_);
+  // Note [Copy mode on tcp]: where tcp is the only network UCX found, sends copy into UCX's
+  // buffers instead of going zero-copy (docs/ucx.md, "Known issue"); the choice needs the
+  // context's transports, so the context is made again with it.
+  if (st == UCS_OK && std::getenv("UCX_ZCOPY_THRESH") == nullptr &&
+      tcp_is_the_only_network(context_)) {
+    ucp_cleanup(context_);
+    context_ = nullptr;
+    st = ucp_config_modify(config, "ZCOPY_THRESH", "inf");
+    if (st == UCS_OK) st = ucp_init(&params, config, &context_);
+  }
   ucp_config_release(config);
   BRAID_CHECK(st == UCS_OK, kInternal, "ucx transport: ucp_init failed: ", ucs_status_string(st),
               " (UCX_TLS=", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<unset>", ")");
@@ -445,6 +558,14 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
 
 std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx) {
   return std::make_unique<UcxTransport>(ctx);
+}
+
+std::string describe_ucx_endpoint(p2p::Transport& transport, int peer) {
+  auto* ucx = dynamic_cast<UcxTransport*>(&transport);
+  BRAID_CHECK(ucx != nullptr, kInvalidArgument,
+              "describe_ucx_endpoint: the transport is not UCX's; expected one from "
+              "make_ucx_transport");
+  return ucx->describe(peer);
 }
 
 }  // namespace braid

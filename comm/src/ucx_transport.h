@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "braid/comm/backend.h"
 #include "p2p_transport.h"
@@ -15,5 +16,10 @@ namespace braid {
 // one endpoint per peer. Collective over the group: every rank must call it. Throws kTimeout
 // when a peer's address does not appear in time, kInternal when UCX fails to start.
 std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx);
+
+// UCX's own account of the endpoint to `peer` (ucp_ep_print_info: its lanes and, per kind of
+// send, which protocol each message size takes), for diagnostics. `transport` must come from
+// make_ucx_transport; anything else is kInvalidArgument.
+std::string describe_ucx_endpoint(p2p::Transport& transport, int peer);
 
 }  // namespace braid

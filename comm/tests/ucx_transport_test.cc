@@ -10,7 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -238,6 +241,57 @@ TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// Note [Abandoned requests]: a request left on a lane whose endpoint UCX failed (the peer
+// died mid-transfer) is dropped without waiting; the buffer must stay untouched all the same.
+TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWritesItsBuffer) {
+  constexpr size_t kBig = size_t{128} << 20;
+  auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
+    auto t = connect(rank, size, store);
+    if (rank == 0) {
+      std::vector<uint8_t> big(kBig, 0x11);
+      int after = 7;
+      Requests reqs;
+      reqs.push_back(t->isend(1, 1, big.data(), big.size()));
+      reqs.push_back(t->isend(1, 2, &after, sizeof(after)));
+      // Drive the sends until the small one has gone, then stop driving them (the big one
+      // moves only while this rank progresses), and when told to, die mid-transfer without
+      // closing anything.
+      while (!reqs[1]->test()) {
+        reqs[0]->test();
+      }
+      store->get("die");
+      ::_exit(0);
+    }
+    std::vector<uint8_t> big(kBig, 0);
+    int after = 0;
+    {
+      Requests big_req;
+      big_req.push_back(t->irecv(0, 1, big.data(), big.size()));
+      Requests small;
+      small.push_back(t->irecv(0, 2, &after, sizeof(after)));
+      wait(*t, small, {0}, "the message after the big one");
+      EXPECT_FALSE(big_req[0]->test()) << "128 MiB arrived at once: the test shows nothing";
+      store->set("die", "1");
+      try {
+        t->wait_all(big_req, {0}, Clock::now() + std::chrono::seconds(20), "the big receive");
+        ADD_FAILURE() << "the big receive completed although its sender died mid-transfer";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
+      }
+    }  // the big receive is abandoned here, its lane failed
+    std::fill(big.begin(), big.end(), uint8_t{0xAB});
+    Requests never;  // progress the transport for a while
+    never.push_back(t->irecv(0, 3, &after, sizeof(after)));
+    try {
+      t->wait_all(never, {0}, Clock::now() + std::chrono::milliseconds(500), "progress");
+    } catch (const Error&) {
+    }
+    EXPECT_EQ(std::count(big.begin(), big.end(), uint8_t{0xAB}), static_cast<long>(kBig))
+        << "UCX wrote into the buffer of an abandoned receive";
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
 TEST(UcxTransport, PeerThatExitsIsReportedNotWaitedOn) {
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
@@ -266,6 +320,61 @@ TEST(UcxTransport, PeerThatExitsIsReportedNotWaitedOn) {
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// ucp_ep_print_info's "tag_send:" line of `t`'s endpoint to `peer` (which protocol a tagged
+// send of each size takes), e.g. "0..<egr/short>..8185..<egr/zcopy>..20553..<rndv>..(inf)";
+// empty when there is none.
+std::string tag_send_line(p2p::Transport& t, int peer) {
+  const std::string info = describe_ucx_endpoint(t, peer);
+  const size_t at = info.find("tag_send:");
+  if (at == std::string::npos) return "";
+  return info.substr(at, info.find('\n', at) - at);
+}
+
+// The largest message size sent eagerly as "short" (copied into one of tcp's send segments),
+// from a tag_send line: 8185 in the example above; 0 when the line has no such entry.
+size_t eager_short_limit(const std::string& line) {
+  const std::string key = "<egr/short>..";
+  const size_t at = line.find(key);
+  return at == std::string::npos ? 0 : std::strtoull(line.c_str() + at + key.size(), nullptr, 10);
+}
+
+// Note [braid's UCX defaults] and Note [Copy mode on tcp] (ucx_transport.cc): over tcp alone,
+// tcp's segments are 512 KiB and sends copy (no zero-copy) unless the job sets
+// UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE / UCX_ZCOPY_THRESH itself, which then win. The
+// segment size shows in how large a message goes eagerly, the copy mode in the eager protocol
+// above that (bcopy, not zcopy).
+TEST(UcxTransport, TcpSettingsAreBraidsDefaultsUnlessTheJobSetsThem) {
+  for (const bool job_sets : {false, true}) {
+    auto result = run_processes(2, [job_sets](int rank, int size, std::shared_ptr<Store> store) {
+      // "" unsets: braid's defaults apply only where the job has not set the variables.
+      testing::ScopedEnv env(
+          std::map<std::string, std::string>{{"UCX_TLS", "tcp,self"},
+                                             {"UCX_TCP_TX_SEG_SIZE", job_sets ? "8K" : ""},
+                                             {"UCX_TCP_RX_SEG_SIZE", job_sets ? "64K" : ""},
+                                             {"UCX_ZCOPY_THRESH", job_sets ? "auto" : ""}});
+      auto t = connect(rank, size, store);
+      const std::string info = describe_ucx_endpoint(*t, 1 - rank);
+      ASSERT_NE(info.find("tcp/"), std::string::npos) << "no tcp lane to the peer:\n" << info;
+      const std::string line = tag_send_line(*t, 1 - rank);
+      const size_t limit = eager_short_limit(line);
+      if (job_sets) {
+        EXPECT_GT(limit, 0u) << info;
+        EXPECT_LE(limit, size_t{8} << 10) << "UCX_TCP_TX_SEG_SIZE=8K was not kept:\n" << info;
+        EXPECT_NE(line.find("zcopy"), std::string::npos) << "UCX_ZCOPY_THRESH=auto was not kept:\n"
+                                                         << info;
+      } else {
+        EXPECT_GT(limit, size_t{256} << 10) << "tcp's segments are not 512 KiB:\n" << info;
+        EXPECT_LE(limit, size_t{512} << 10) << info;
+        EXPECT_NE(line.find("<egr/bcopy>"), std::string::npos) << info;
+        EXPECT_EQ(line.find("zcopy"), std::string::npos) << "zero-copy over tcp alone:\n" << info;
+      }
+      EXPECT_THROW(describe_ucx_endpoint(*t, 2), Error);
+    });
+    EXPECT_TRUE(result.ok()) << (job_sets ? "job sets the values: " : "braid's defaults: ")
+                             << result.summary();
+  }
 }
 
 TEST(UcxTransport, BadInputIsRejected) {
