@@ -193,7 +193,10 @@ class UcxRequest final : public p2p::Request {
   // be, and UCX would go on reading or writing the buffer: seen under ASan as a write into a
   // freed buffer during shut-down after a node was killed. Those close the lane's endpoint
   // with FORCE, which completes its outstanding operations, and wait until this one has, at
-  // most until kCloseTime after the lane's first such wait. A lane whose endpoint UCX has
+  // most until kCloseTime after the lane's first such wait: closing the endpoint is not
+  // enough, the peer's own connection to this rank's worker can still deliver the rest of a
+  // matched message (tried: waiting only for the close let UCX's eager handler write into a
+  // freed buffer, a SIGSEGV in 2 of 12 two-node kill runs). A lane whose endpoint UCX has
   // failed (the peer is lost) is not waited on: no more of that peer's data can arrive.
   void abandon();
 
