@@ -44,6 +44,13 @@ constexpr std::chrono::milliseconds kActiveSpinTime{5};
 constexpr int kMaxPollMs = 10;
 // How long shut-down waits for endpoints to flush before it forces them closed.
 constexpr std::chrono::milliseconds kCloseTime{2000};
+// How long the requests abandoned by one error may wait, all together, for UCX to let go of
+// their buffers (Note [Abandoned requests]). A live peer finishes a matched message in
+// milliseconds; two ranks that abandon requests on each other at once wait out the whole time,
+// and the error is reported only after it, so it must stay well below `braid launch`'s grace
+// period (1 s in the fault tests): at 2 s per lane the surviving ranks of the two-node kill test
+// were killed before reporting in about 1 run in 10.
+constexpr std::chrono::milliseconds kAbandonTime{300};
 
 // The names of the transports `context` uses (tcp, self, posix, rc_mlx5, ...), from
 // ucp_context_print_info's resource lines ("#  resource 1  :  md 1  dev 1  flags -- tcp/eth0");
@@ -113,10 +120,10 @@ struct Lane {
   int efd = -1;
   ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
   int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
-  // Set by the first abandoned request that waits (Note [Abandoned requests]): every later one
-  // on this lane waits no longer than that, so a lane costs at most kCloseTime however many
-  // of its requests are abandoned.
-  std::optional<std::chrono::steady_clock::time_point> close_deadline;
+  // The transport's: set by the first abandoned request that waits (Note [Abandoned
+  // requests]), reset by every wait_all; every later one waits no longer than that, so the
+  // requests one error leaves behind cost at most kAbandonTime together, on every lane.
+  std::optional<std::chrono::steady_clock::time_point>* abandon_deadline = nullptr;
 };
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -193,7 +200,7 @@ class UcxRequest final : public p2p::Request {
   // be, and UCX would go on reading or writing the buffer: seen under ASan as a write into a
   // freed buffer during shut-down after a node was killed. Those close the lane's endpoint
   // with FORCE, which completes its outstanding operations, and wait until this one has, at
-  // most until kCloseTime after the lane's first such wait: closing the endpoint is not
+  // most until kAbandonTime after the transport's first such wait: closing the endpoint is not
   // enough, the peer's own connection to this rank's worker can still deliver the rest of a
   // matched message (tried: waiting only for the close let UCX's eager handler write into a
   // freed buffer, a SIGSEGV in 2 of 12 two-node kill runs). A lane whose endpoint UCX has
@@ -214,7 +221,7 @@ void UcxRequest::abandon() {
   if (state_.done) return;
   // UCX failed this lane's endpoint itself (the peer is lost): the connection is gone, so
   // nothing more from that peer can reach the buffer, and UCX never completes what was left on
-  // it (waiting only held the error back by kCloseTime per request, past `braid launch`'s grace
+  // it (waiting only held the error back by 2 s per request, past `braid launch`'s grace
   // period, on the ranks of the surviving node).
   if (peer_failed) return;
   ucs_status_ptr_t closing = nullptr;
@@ -227,8 +234,9 @@ void UcxRequest::abandon() {
     if (lane_.error == UCS_OK) lane_.error = UCS_ERR_CANCELED;
     if (UCS_PTR_IS_ERR(closing)) closing = nullptr;
   }
-  if (!lane_.close_deadline) lane_.close_deadline = Clock::now() + kCloseTime;
-  const Clock::time_point end = *lane_.close_deadline;
+  std::optional<Clock::time_point>& deadline = *lane_.abandon_deadline;
+  if (!deadline) deadline = Clock::now() + kAbandonTime;
+  const Clock::time_point end = *deadline;
   while ((!state_.done || (closing && ucp_request_check_status(closing) == UCS_INPROGRESS)) &&
          Clock::now() < end) {
     if (ucp_worker_progress(lane_.worker) == 0) {
@@ -247,6 +255,7 @@ class UcxTransport final : public p2p::Transport {
                 ": expected 0 <= rank < size");
     BRAID_CHECK(ctx.store != nullptr, kInvalidArgument, "make_ucx_transport: no store");
     for (int q = 0; q < ctx.size; ++q) all_peers_.push_back(q);
+    for (Lane& lane : lanes_) lane.abandon_deadline = &abandon_deadline_;
     try {
       start();
     } catch (...) {
@@ -337,6 +346,7 @@ class UcxTransport final : public p2p::Transport {
   ucp_context_h context_ = nullptr;
   std::vector<Lane> lanes_;
   std::vector<int> all_peers_;  // 0 .. size - 1: block() sleeps on every worker
+  std::optional<Clock::time_point> abandon_deadline_;  // Lane::abandon_deadline
   // This node's ranks (LOCAL_WORLD_SIZE or the launcher's equivalent) leave a CPU to spare:
   // waits may spin while data flows (Note [Spin while data flows]).
   bool spare_cpu_ = detect_rank_info().local_world_size < usable_cpus();
@@ -513,6 +523,7 @@ std::string UcxTransport::peer_text(const std::vector<int>& peers) const {
 void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests,
                             const std::vector<int>& peers, Clock::time_point deadline,
                             const std::string& what) {
+  abandon_deadline_.reset();  // the requests an error of this wait leaves share a new one
   BRAID_CHECK(peers.size() == requests.size(), kInvalidArgument, "ucx transport wait_all(", what,
               "): ", peers.size(), " peers for ", requests.size(),
               " requests; expected one peer per request");
