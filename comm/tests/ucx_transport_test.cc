@@ -195,6 +195,45 @@ TEST(UcxTransport, SilentPeerTimesOutNamingItThenLaterMessageStillMatches) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// Rank 0's side of the abandoned-receive tests: `big` (tag 1) and then `after` (tag 2) to rank
+// 1, posted, not waited on.
+Requests send_big_then_small(p2p::Transport& t, std::vector<uint8_t>& big, int& after) {
+  Requests reqs;
+  reqs.push_back(t.isend(1, 1, big.data(), big.size()));
+  reqs.push_back(t.isend(1, 2, &after, sizeof(after)));
+  return reqs;
+}
+
+// Rank 1's side: posts the receive of the big message and waits for the small one sent after
+// it on the same endpoint; once that is here, the big message has been matched and its data is
+// on its way. Returns the big receive, still unfinished.
+Requests receive_big_until_the_small_after_it(p2p::Transport& t, std::vector<uint8_t>& big) {
+  Requests big_req;
+  big_req.push_back(t.irecv(0, 1, big.data(), big.size()));
+  int after = 0;
+  Requests small;
+  small.push_back(t.irecv(0, 2, &after, sizeof(after)));
+  wait(t, small, {0}, "the message after the big one");
+  EXPECT_FALSE(big_req[0]->test()) << "the big message arrived at once: the test shows nothing";
+  return big_req;
+}
+
+// Fills `buffer`, whose receive from `peer` was abandoned, progresses `t` for half a second
+// (waiting on a receive that never comes) and checks that UCX wrote nothing into it.
+void expect_untouched_while_progressing(p2p::Transport& t, std::vector<uint8_t>& buffer, int peer) {
+  std::fill(buffer.begin(), buffer.end(), uint8_t{0xAB});
+  int never_value = 0;
+  Requests never;
+  never.push_back(t.irecv(peer, 3, &never_value, sizeof(never_value)));
+  try {
+    t.wait_all(never, {peer}, Clock::now() + std::chrono::milliseconds(500), "progress");
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(std::count(buffer.begin(), buffer.end(), uint8_t{0xAB}),
+            static_cast<long>(buffer.size()))
+      << "UCX wrote into the buffer of an abandoned receive";
+}
+
 // Note [Abandoned requests] in ucx_transport.cc: a receive whose rendezvous data is already
 // arriving cannot be cancelled; destroying it must stop UCX writing into the buffer, which its
 // owner may reuse or free at once.
@@ -205,9 +244,7 @@ TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
     if (rank == 0) {
       std::vector<uint8_t> big(kBig, 0x11);
       int after = 7;
-      Requests reqs;
-      reqs.push_back(t->isend(1, 1, big.data(), big.size()));
-      reqs.push_back(t->isend(1, 2, &after, sizeof(after)));
+      Requests reqs = send_big_then_small(*t, big, after);
       try {
         wait(*t, reqs, {1, 1}, "the big send");
       } catch (const Error&) {  // rank 1 closing its endpoint may fail the big send: fine
@@ -216,26 +253,10 @@ TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
       return;
     }
     std::vector<uint8_t> big(kBig, 0);
-    int after = 0;
     {
-      Requests big_req;
-      big_req.push_back(t->irecv(0, 1, big.data(), big.size()));
-      Requests small;
-      small.push_back(t->irecv(0, 2, &after, sizeof(after)));
-      // Sent after the big one on the same endpoint: once it is here, the big message has
-      // been matched and its data is on its way.
-      wait(*t, small, {0}, "the message after the big one");
-      EXPECT_FALSE(big_req[0]->test()) << "128 MiB arrived at once: the test shows nothing";
+      Requests big_req = receive_big_until_the_small_after_it(*t, big);
     }  // the big receive is abandoned here
-    std::fill(big.begin(), big.end(), uint8_t{0xAB});
-    Requests never;  // progress the transport for a while
-    never.push_back(t->irecv(0, 3, &after, sizeof(after)));
-    try {
-      t->wait_all(never, {0}, Clock::now() + std::chrono::milliseconds(500), "progress");
-    } catch (const Error&) {
-    }
-    EXPECT_EQ(std::count(big.begin(), big.end(), uint8_t{0xAB}), static_cast<long>(kBig))
-        << "UCX wrote into the buffer of an abandoned receive";
+    expect_untouched_while_progressing(*t, big, 0);
     store->set("checked", "1");
   });
   EXPECT_TRUE(result.ok()) << result.summary();
@@ -250,9 +271,7 @@ TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWrit
     if (rank == 0) {
       std::vector<uint8_t> big(kBig, 0x11);
       int after = 7;
-      Requests reqs;
-      reqs.push_back(t->isend(1, 1, big.data(), big.size()));
-      reqs.push_back(t->isend(1, 2, &after, sizeof(after)));
+      Requests reqs = send_big_then_small(*t, big, after);
       // Drive the sends until the small one has gone, then stop driving them (the big one
       // moves only while this rank progresses), and when told to, die mid-transfer without
       // closing anything.
@@ -263,14 +282,8 @@ TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWrit
       ::_exit(0);
     }
     std::vector<uint8_t> big(kBig, 0);
-    int after = 0;
     {
-      Requests big_req;
-      big_req.push_back(t->irecv(0, 1, big.data(), big.size()));
-      Requests small;
-      small.push_back(t->irecv(0, 2, &after, sizeof(after)));
-      wait(*t, small, {0}, "the message after the big one");
-      EXPECT_FALSE(big_req[0]->test()) << "128 MiB arrived at once: the test shows nothing";
+      Requests big_req = receive_big_until_the_small_after_it(*t, big);
       store->set("die", "1");
       try {
         t->wait_all(big_req, {0}, Clock::now() + std::chrono::seconds(20), "the big receive");
@@ -279,15 +292,7 @@ TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWrit
         EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
       }
     }  // the big receive is abandoned here, its lane failed
-    std::fill(big.begin(), big.end(), uint8_t{0xAB});
-    Requests never;  // progress the transport for a while
-    never.push_back(t->irecv(0, 3, &after, sizeof(after)));
-    try {
-      t->wait_all(never, {0}, Clock::now() + std::chrono::milliseconds(500), "progress");
-    } catch (const Error&) {
-    }
-    EXPECT_EQ(std::count(big.begin(), big.end(), uint8_t{0xAB}), static_cast<long>(kBig))
-        << "UCX wrote into the buffer of an abandoned receive";
+    expect_untouched_while_progressing(*t, big, 0);
   });
   EXPECT_TRUE(result.ok()) << result.summary();
 }
