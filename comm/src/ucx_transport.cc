@@ -52,18 +52,26 @@ constexpr std::chrono::milliseconds kCloseTime{2000};
 // were killed before reporting in about 1 run in 10.
 constexpr std::chrono::milliseconds kAbandonTime{300};
 
+// What one of UCX's ucp_*_print_info calls writes, as text ("" when no stream can be opened).
+template <typename Print>
+std::string ucx_info_text(Print print) {
+  char* text = nullptr;
+  size_t length = 0;
+  FILE* out = open_memstream(&text, &length);
+  if (out == nullptr) return "";
+  print(out);
+  std::fclose(out);
+  std::string result(text, length);
+  std::free(text);
+  return result;
+}
+
 // The names of the transports `context` uses (tcp, self, posix, rc_mlx5, ...), from
 // ucp_context_print_info's resource lines ("#  resource 1  :  md 1  dev 1  flags -- tcp/eth0");
 // empty when the text has no such line.
 std::vector<std::string> context_transports(ucp_context_h context) {
-  char* text = nullptr;
-  size_t length = 0;
-  FILE* out = open_memstream(&text, &length);
-  if (out == nullptr) return {};
-  ucp_context_print_info(context, out);
-  std::fclose(out);
-  std::istringstream lines(std::string(text, length));
-  std::free(text);
+  std::istringstream lines(
+      ucx_info_text([context](FILE* out) { ucp_context_print_info(context, out); }));
   std::vector<std::string> names;
   for (std::string line; std::getline(lines, line);) {
     const size_t marker = line.find("-- ");
@@ -77,8 +85,9 @@ std::vector<std::string> context_transports(ucp_context_h context) {
 // Note [Copy mode on tcp]: UCX 1.13's tcp transport completes a zero-copy send twice when the
 // peer dies under it and aborts the process on an assertion (docs/ucx.md, "Known issue"); a
 // copying send has no such path. With braid's 512 KiB tcp segments copying measured no slower
-// (docs/performance.md), so where tcp is the only network transport, braid turns zero-copy
-// off (UCX_ZCOPY_THRESH=inf) unless the job set UCX_ZCOPY_THRESH itself. Any other network
+// for a one-way transfer and 5-9% slower where both directions are busy (docs/performance.md).
+// So where tcp is the only network transport, braid turns zero-copy off
+// (UCX_ZCOPY_THRESH=inf) unless the job set UCX_ZCOPY_THRESH itself. Any other network
 // transport (InfiniBand, or one not in this list) keeps UCX's zero-copy: there it is what
 // moves large messages fast.
 bool tcp_is_the_only_network(ucp_context_h context) {
@@ -141,7 +150,7 @@ void check_ucs(ucs_status_t status, const char* what) {
 // fragments of at most 64 KiB, and with peer error handling (which braid's endpoints need)
 // large tcp messages go that way rather than by put_zcopy (docs/ucx.md, "Bandwidth against
 // ucx_perftest"). 512 KiB, the size of UCX's own rendezvous fragments, moved a 64 MiB
-// ucx_perftest `-e` message 7.0-8.5 GB/s between the namespaces against 4.8-5.9 with the
+// ucx_perftest `-e` message 6.9-8.5 GB/s between the namespaces against 4.8-5.9 with the
 // defaults (256 KiB: 6.2-7.7, 1 MiB: 7.2-7.4, 2 MiB: 5.1-5.6; docs/performance.md).
 struct UcxDefault {
   const char* key;  // as ucp_config_modify takes it: a transport's key without its prefix
@@ -272,15 +281,10 @@ class UcxTransport final : public p2p::Transport {
     Lane& lane = lane_of(peer, "describe");
     BRAID_CHECK(lane.ep != nullptr, kPeerLost, "ucx transport describe: the endpoint to peer ",
                 peer_text({peer}), " was closed");
-    char* text = nullptr;
-    size_t length = 0;
-    FILE* out = open_memstream(&text, &length);
-    BRAID_CHECK(out != nullptr, kInternal, "ucx transport describe: open_memstream failed");
-    ucp_ep_print_info(lane.ep, out);
-    std::fclose(out);
-    std::string result(text, length);
-    std::free(text);
-    return result;
+    std::string text = ucx_info_text([&lane](FILE* out) { ucp_ep_print_info(lane.ep, out); });
+    BRAID_CHECK(!text.empty(), kInternal, "ucx transport describe: UCX wrote nothing for peer ",
+                peer_text({peer}));
+    return text;
   }
 
   std::unique_ptr<p2p::Request> isend(int peer, uint64_t tag, const void* data,
