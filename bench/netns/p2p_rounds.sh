@@ -2,12 +2,12 @@
 # braid-ucx's point-to-point bandwidth against ucx_perftest over the same link, in alternating
 # rounds (issue 4's "within 10% of ucx_perftest"). Each round runs ucx_perftest (tag_bw,
 # stream_bw, ucp_am_bw; each without and with -e, peer error handling as braid's endpoints
-# have it; each with UCX's defaults and with braid's UCX settings) and then braid's broadcast
-# between the two namespaces (`braid launch` on each node, 1 rank per node, `braid bench
-# --backend ucx --op broadcast`: one tagged message, segmented as braid sends it). Per round it
-# takes braid / best perftest and braid / best perftest with -e; the medians of the rounds'
-# ratios are the figures to read (docs/ucx.md, "Bandwidth against ucx_perftest", says why the
-# -e figure is the like-for-like one).
+# have it; each with UCX's defaults and with braid's tcp segment sizes) and then braid's
+# broadcast between the two namespaces (`braid launch` on each node, 1 rank per node, `braid
+# bench --backend ucx --op broadcast`: one tagged message, segmented as braid sends it). Per
+# round it takes braid / best perftest and braid / best perftest with -e; the medians of the
+# rounds' ratios are the figures to read (docs/ucx.md, "Bandwidth against ucx_perftest", says
+# why the -e figure is the like-for-like one).
 #   bash bench/netns/p2p_rounds.sh OUT_DIR [BRAID_BINARY] [ROUNDS (5)] [SIZES ("4194304 67108864")]
 # A/B comparisons: P2P_VARIANTS="V1;V2;..." runs braid once per variant in each round, in an
 # order that rotates from round to round; a variant is words NAME=value set in the ranks'
@@ -39,8 +39,9 @@ BRAID_STORE_TOKEN=$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export BRAID_STORE_TOKEN
 in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
 
-# braid's own UCX settings (Note [braid's UCX defaults], comm/src/ucx_transport.cc): perftest
-# runs with and without them, so that the best perftest figure is the best of both.
+# braid's tcp segment sizes (Note [braid's UCX defaults], comm/src/ucx_transport.cc; keep the
+# two in step): perftest runs with and without them, so that the best perftest figure is the
+# best of both. braid's copy mode is left out: perftest sends zero-copy, UCX's default.
 braid_ucx=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
 perftest() {  # TEST SIZE default|braid [-e] -> GB/s (10^9 B/s; ucx_perftest's MB/s are 2^20 B/s)
   local port=$((20000 + RANDOM % 20000)) line envs=()
@@ -83,7 +84,7 @@ tests=(tag_bw stream_bw ucp_am_bw)
   echo "# TCP congestion control in the namespaces: $(netns_tcp_cc_used)"
   echo "# op ${P2P_OP:-broadcast}, backend ${P2P_BACKEND:-ucx}, ${P2P_PPN:-1} rank(s) per node"
   echo "# perftest columns: GB/s; *_eh with -e (peer error handling, as braid's endpoints);"
-  echo "# *_b with braid's UCX settings (${braid_ucx[*]})"
+  echo "# *_b with braid's tcp segment sizes (${braid_ucx[*]})"
   for ((v = 0; v < nv; v++)); do echo "# variant $v: '${variants[v]}'"; done
   printf 'round,size'
   for t in "${tests[@]}"; do printf ',%s,%s_eh,%s_b,%s_b_eh' "$t" "$t" "$t" "$t"; done

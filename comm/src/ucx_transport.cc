@@ -129,10 +129,6 @@ struct Lane {
   int efd = -1;
   ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
   int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
-  // The transport's: set by the first abandoned request that waits (Note [Abandoned
-  // requests]), reset by every wait_all; every later one waits no longer than that, so the
-  // requests one error leaves behind cost at most kAbandonTime together, on every lane.
-  std::optional<std::chrono::steady_clock::time_point>* abandon_deadline = nullptr;
 };
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
@@ -175,7 +171,12 @@ void apply_ucx_defaults(ucp_config_t* config) {
 
 class UcxRequest final : public p2p::Request {
  public:
-  UcxRequest(Lane& lane, int peer) : lane_(lane), peer_(peer) {}
+  // `abandon_deadline`: the transport's, shared by all its requests (Note [Abandoned
+  // requests]): set by the first abandoned request that waits, reset by every wait_all; every
+  // later one waits no longer than that, so the requests one error leaves behind cost at most
+  // kAbandonTime together, on every lane.
+  UcxRequest(Lane& lane, int peer, std::optional<Clock::time_point>& abandon_deadline)
+      : lane_(lane), peer_(peer), abandon_deadline_(abandon_deadline) {}
   ~UcxRequest() override {
     if (!handle_) return;
     if (!state_.done) abandon();
@@ -218,6 +219,7 @@ class UcxRequest final : public p2p::Request {
 
   Lane& lane_;
   int peer_;
+  std::optional<Clock::time_point>& abandon_deadline_;
   OpState state_;
   void* handle_ = nullptr;
 };
@@ -243,9 +245,8 @@ void UcxRequest::abandon() {
     if (lane_.error == UCS_OK) lane_.error = UCS_ERR_CANCELED;
     if (UCS_PTR_IS_ERR(closing)) closing = nullptr;
   }
-  std::optional<Clock::time_point>& deadline = *lane_.abandon_deadline;
-  if (!deadline) deadline = Clock::now() + kAbandonTime;
-  const Clock::time_point end = *deadline;
+  if (!abandon_deadline_) abandon_deadline_ = Clock::now() + kAbandonTime;
+  const Clock::time_point end = *abandon_deadline_;
   while ((!state_.done || (closing && ucp_request_check_status(closing) == UCS_INPROGRESS)) &&
          Clock::now() < end) {
     if (ucp_worker_progress(lane_.worker) == 0) {
@@ -264,7 +265,6 @@ class UcxTransport final : public p2p::Transport {
                 ": expected 0 <= rank < size");
     BRAID_CHECK(ctx.store != nullptr, kInvalidArgument, "make_ucx_transport: no store");
     for (int q = 0; q < ctx.size; ++q) all_peers_.push_back(q);
-    for (Lane& lane : lanes_) lane.abandon_deadline = &abandon_deadline_;
     try {
       start();
     } catch (...) {
@@ -293,7 +293,7 @@ class UcxTransport final : public p2p::Transport {
     BRAID_CHECK(lane.ep != nullptr, kPeerLost, "ucx transport isend: the endpoint to peer ",
                 peer_text({peer}), " was closed after an operation on it was abandoned (",
                 ucs_status_string(lane.error), ")");
-    auto req = std::make_unique<UcxRequest>(lane, peer);
+    auto req = std::make_unique<UcxRequest>(lane, peer, abandon_deadline_);
     ucp_request_param_t p = params(req->state());
     p.cb.send = on_send;
     req->adopt(ucp_tag_send_nbx(lane.ep, data, bytes, tag, &p));
@@ -302,7 +302,7 @@ class UcxTransport final : public p2p::Transport {
 
   std::unique_ptr<p2p::Request> irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
     Lane& lane = lane_of(peer, "irecv");
-    auto req = std::make_unique<UcxRequest>(lane, peer);
+    auto req = std::make_unique<UcxRequest>(lane, peer, abandon_deadline_);
     ucp_request_param_t p = params(req->state());
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the callback always reports the length
     p.cb.recv = on_recv;
@@ -350,7 +350,7 @@ class UcxTransport final : public p2p::Transport {
   ucp_context_h context_ = nullptr;
   std::vector<Lane> lanes_;
   std::vector<int> all_peers_;  // 0 .. size - 1: block() sleeps on every worker
-  std::optional<Clock::time_point> abandon_deadline_;  // Lane::abandon_deadline
+  std::optional<Clock::time_point> abandon_deadline_;  // UcxRequest's abandon_deadline
   // This node's ranks (LOCAL_WORLD_SIZE or the launcher's equivalent) leave a CPU to spare:
   // waits may spin while data flows (Note [Spin while data flows]).
   bool spare_cpu_ = detect_rank_info().local_world_size < usable_cpus();

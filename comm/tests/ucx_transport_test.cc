@@ -20,6 +20,7 @@
 
 #include "../src/ucx_transport.h"
 #include "comm_test_util.h"
+#include "p2p_test_transport.h"
 
 #include "conformance/registry.h"
 
@@ -379,6 +380,17 @@ TEST(UcxTransport, TcpSettingsAreBraidsDefaultsUnlessTheJobSetsThem) {
     });
     EXPECT_TRUE(result.ok()) << (job_sets ? "job sets the values: " : "braid's defaults: ")
                              << result.summary();
+  }
+}
+
+TEST(UcxTransport, DescribingATransportThatIsNotUcxsIsInvalidArgument) {
+  p2p::testing::ThreadTransport threads(std::make_shared<p2p::testing::Fabric>(1), 0);
+  try {
+    describe_ucx_endpoint(threads, 0);
+    ADD_FAILURE() << "describe_ucx_endpoint accepted a transport that is not UCX's";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(e.message().find("make_ucx_transport"), std::string::npos) << e.message();
   }
 }
 
