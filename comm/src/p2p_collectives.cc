@@ -17,6 +17,18 @@ namespace {
 constexpr std::chrono::milliseconds kDefaultTimeout{300000};
 constexpr unsigned kCheckPhase = 0;
 
+// Note [Fused check]: the most data bytes one rank sends with its header. Every rank of a
+// group computes the same value (it sizes the check's receives): 64 KiB (Options::small_bytes'
+// default), less in groups of more than 64 ranks so that a call's records stay within 4 MiB.
+size_t fuse_limit(int n) {
+  return std::min<size_t>(size_t{64} << 10, (size_t{4} << 20) / n / 16 * 16);
+}
+// A record: the header, then the data padded to 16 bytes (so every record, and the data in
+// it, starts 16-byte aligned in the check buffer).
+size_t record_bytes(size_t payload) {
+  return sizeof(CallHeader) + (payload + 15) / 16 * 16;
+}
+
 BackendCapabilities make_capabilities() {
   BackendCapabilities c;
   c.devices = {DeviceType::kCPU};
@@ -137,7 +149,9 @@ std::shared_ptr<Work> P2pGroup::run(const CollectiveDesc& desc) {
          .deadline = call_deadline(desc, ctx_.timeout),
          .headers = {},
          .factors = {},
-         .segment = 0};
+         .segment = 0,
+         .fused = false,
+         .data = {}};
   try {
     dispatch(c);
     return completed_work();
@@ -153,6 +167,7 @@ void P2pGroup::dispatch(Call& c) {
   if (kind == CollectiveKind::kRecv) return recv(c);
   c.index = ++calls_;  // send / recv do not advance the group's collectives
   check_across_ranks(c);
+  if (c.fused) return Algorithms::fused(*this, c);
   switch (kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kReduce:
@@ -199,11 +214,15 @@ void P2pGroup::post(Call& c, unsigned phase, uint64_t step, const Piece& p, Post
   if (into.requests.size() == 1) into.phase = phase, into.step = step;
 }
 
+std::string P2pGroup::where(const Call& c, unsigned phase, uint64_t step) const {
+  return describe_call(c) + " (phase " + std::to_string(phase) + ", step " + std::to_string(step) +
+         ")";
+}
+
 void P2pGroup::finish(Call& c, Posted& posted) {
   if (posted.requests.empty()) return;
   transport_->wait_all(posted.requests, posted.peers, c.deadline,
-                       describe_call(c) + " (phase " + std::to_string(posted.phase) + ", step " +
-                           std::to_string(posted.step) + ")");
+                       where(c, posted.phase, posted.step));
   for (size_t i = 0; i < posted.requests.size(); ++i) {
     if (posted.expect[i] == kSent) continue;
     const int peer = posted.peers[i];
@@ -250,26 +269,109 @@ uint8_t* P2pGroup::scratch(size_t bytes) {
 }
 
 // Note [Cross-rank check]: every collective starts with a Bruck all-gather of each rank's
-// CallHeader (ceil(log2 n) rounds: at distance d send the headers held so far to rank r - d,
+// CallHeader (ceil(log2 n) rounds: at distance d send the records held so far to rank r - d,
 // receive from r + d). Every rank then holds every rank's call and compares them all with its
 // own, so a mismatch fails on every rank, naming both ranks and both calls in the shm
 // backend's wording. The same rounds share the premul_sum factors and are the barrier.
+//
+// Note [Fused check]: a small call whose latency algorithm moves every rank's data to every
+// rank anyway (all_reduce, reduce, reduce_scatter, all_gather, broadcast) sends that data in
+// the check's own messages, after its header: one exchange per call instead of two. Each
+// rank decides for itself from its own call and options (fuses, fused_bytes) and says so in
+// its header; the data is used only when every rank's header says fused, so
+// ranks that decide differently (other options, or different calls) still agree: they all
+// run the ordinary algorithms, or fail the check. A record is the header and the data padded to 16
+// bytes; round d sends the first min(d, n - d) records as they lie in the buffer and receives into
+// a room for as many records of the largest size (fuse_limit), so no rank needs to know the others'
+// sizes in advance. The reductions fold every rank's raw data in rank order, as the latency
+// algorithms do, so the bits are those of every other algorithm.
+size_t P2pGroup::fused_bytes(const CollectiveDesc& d, int rank) const {
+  const size_t bytes = static_cast<size_t>(d.count) * dtype_size(d.dtype);
+  switch (d.kind) {
+    case CollectiveKind::kReduceScatter:
+      return n_ * bytes;  // the whole input: every rank folds its own block of everybody's
+    case CollectiveKind::kBroadcast:
+      return rank == d.root ? bytes : 0;
+    default:  // all_reduce, reduce: the input; all_gather: this rank's block
+      return bytes;
+  }
+}
+
+bool P2pGroup::fuses(const CollectiveDesc& d) const {
+  if (n_ < 2 || options_.algo == Algo::kRing) return false;
+  const size_t bytes = static_cast<size_t>(d.count) * dtype_size(d.dtype);
+  size_t largest = bytes;  // this rank's largest buffer, as Options::small_bytes counts it
+  switch (d.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kBroadcast:
+      break;
+    case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllGather:
+      largest = n_ * bytes;
+      break;
+    default:
+      return false;
+  }
+  if (options_.algo == Algo::kAuto && largest > options_.small_bytes) return false;
+  return fused_bytes(d, d.root) <= fuse_limit(n_);  // the largest record of the call
+}
+
+void P2pGroup::split_records(const Call& c, int from, const uint8_t* at, size_t got, int cnt,
+                             std::vector<size_t>& ends) const {
+  size_t off = 0;
+  for (int i = 0; i < cnt; ++i) {
+    CallHeader h;
+    const bool whole = got - off >= sizeof(CallHeader);
+    if (whole) std::memcpy(&h, at + off, sizeof(CallHeader));
+    const bool ok = whole && (h.fused || h.payload == 0) && h.payload <= fuse_limit(n_) &&
+                    record_bytes(h.payload) <= got - off;
+    BRAID_CHECK(ok, kInvalidArgument, describe_call(c),
+                ": the cross-rank check message from group rank ", from, " (world rank ",
+                ctx_.global_ranks[from], ") has ", got, " bytes, which are not ", cnt,
+                " call records; expected every rank to run the same braid build");
+    off += record_bytes(h.payload);
+    ends.push_back(ends.back() + record_bytes(h.payload));
+  }
+  BRAID_CHECK(off == got, kInvalidArgument, describe_call(c),
+              ": the cross-rank check message from group rank ", from, " (world rank ",
+              ctx_.global_ranks[from], ") has ", got, " bytes, ", got - off, " more than its ", cnt,
+              " call records; expected every rank to run the same braid build");
+}
+
 void P2pGroup::check_across_ranks(Call& c) {
   const CollectiveDesc& d = c.desc;
   CallHeader mine = make_header(d, c.index);
   mine.algo = static_cast<uint8_t>(options_.algo);
   mine.segment = options_.segment_bytes;
-  std::vector<CallHeader> rotated(n_);  // [j]: rank (me + j) % n
-  rotated[0] = mine;
+  mine.fused = fuses(d);
+  mine.payload = mine.fused ? static_cast<uint32_t>(fused_bytes(d, me_)) : 0;
+  const size_t room = record_bytes(fuse_limit(n_));  // the largest record
+  if (check_buf_.size() < n_ * room) check_buf_.resize(n_ * room);
+  uint8_t* buf = check_buf_.data();
+  std::memcpy(buf, &mine, sizeof(CallHeader));
+  if (mine.payload > 0) std::memcpy(buf + sizeof(CallHeader), d.send, mine.payload);
+  std::vector<size_t> ends{0, record_bytes(mine.payload)};  // record j: rank (me + j) % n
   uint64_t step = 0;
   for (int dist = 1; dist < n_; dist *= 2, ++step) {
     const int cnt = std::min(dist, n_ - dist);
-    round(c, kCheckPhase, step,
-          {{(me_ - dist + n_) % n_, true, rotated.data(), cnt * sizeof(CallHeader)},
-           {(me_ + dist) % n_, false, rotated.data() + dist, cnt * sizeof(CallHeader)}});
+    const int to = (me_ - dist + n_) % n_, from = (me_ + dist) % n_;
+    const uint64_t tag = collective_tag(c.index, kCheckPhase, step);
+    std::vector<std::unique_ptr<Request>> requests;
+    requests.push_back(transport_->isend(to, tag, buf, ends[cnt]));
+    requests.push_back(transport_->irecv(from, tag, buf + ends[dist], cnt * room));
+    transport_->wait_all(requests, {to, from}, c.deadline, where(c, kCheckPhase, step));
+    split_records(c, from, buf + ends[dist], requests[1]->received(), cnt, ends);
   }
   c.headers.resize(n_);
-  for (int j = 0; j < n_; ++j) c.headers[(me_ + j) % n_] = rotated[j];
+  c.data.resize(n_);
+  c.fused = true;
+  for (int j = 0; j < n_; ++j) {
+    const int p = (me_ + j) % n_;
+    std::memcpy(&c.headers[p], buf + ends[j], sizeof(CallHeader));
+    c.data[p] = buf + ends[j] + sizeof(CallHeader);
+    c.fused = c.fused && c.headers[p].fused;
+  }
   c.segment = c.headers[0].segment;  // the check's own rounds above were never segmented
   for (int p = 0; p < n_; ++p) {
     const CallHeader& theirs = c.headers[p];
@@ -281,6 +383,12 @@ void P2pGroup::check_across_ranks(Call& c) {
                describe_header(theirs), " (seq ", theirs.seq, ", call #", theirs.index,
                "); expected every rank of the group to make the same collective calls in the "
                "same order");
+  }
+  for (int p = 0; c.fused && p < n_; ++p) {  // the same call everywhere: the same sizes
+    const size_t want = fused_bytes(d, p);
+    BRAID_CHECK(c.headers[p].payload == want, kInvalidArgument, describe_call(c), ": group rank ",
+                p, " (world rank ", ctx_.global_ranks[p], ") sent ", c.headers[p].payload,
+                " bytes of data with its call; expected ", want);
   }
   if (d.op == ReduceOp::kPremulSum && is_reduction(d.kind)) {
     c.factors.resize(n_);

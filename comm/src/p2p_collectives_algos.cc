@@ -177,6 +177,27 @@ void linear(const Ctx& x, unsigned phase, bool to_root, uint8_t* buf, const Bloc
         }                                                                                      \
   }
 
+// Note [Fused check] (p2p_collectives.cc): every rank's data came with the check, rank p's at
+// c.data[p]; nothing more is sent.
+void Algorithms::fused(P2pGroup& g, Call& c) {
+  const CollectiveDesc& d = c.desc;
+  const int n = g.n_, me = g.me_;
+  const size_t bytes = d.count * dtype_size(d.dtype);
+  auto* recv = static_cast<uint8_t*>(d.recv);
+  if (d.kind == CollectiveKind::kAllGather) {
+    for (int p = 0; p < n; ++p) copy_if_apart(recv + p * bytes, c.data[p], bytes);
+    return;
+  }
+  if (d.kind == CollectiveKind::kBroadcast) return copy_if_apart(recv, c.data[d.root], bytes);
+  if (d.kind == CollectiveKind::kReduce && me != d.root) return;
+  // all_reduce, reduce, reduce_scatter (block me of every rank's whole input): rank order
+  Folder folder(d.dtype, d.op, c.factors, n, &g.fold_scratch_);
+  const size_t skip = d.kind == CollectiveKind::kReduceScatter ? me * bytes : 0;
+  std::vector<const void*> rows(n);
+  for (int p = 0; p < n; ++p) rows[p] = c.data[p] + skip;
+  folder.fold(rows.data(), n, d.count, recv);
+}
+
 // all_reduce, reduce, reduce_scatter (docs/p2p.md, "Reductions").
 void Algorithms::reduction(P2pGroup& g, Call& c) {
   BRAID_P2P_CTX(g);

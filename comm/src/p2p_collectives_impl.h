@@ -17,17 +17,21 @@
 
 namespace braid::p2p {
 
-// One rank's call as the cross-rank check carries it (docs/p2p.md, "Cross-rank check").
+// One rank's call as the cross-rank check carries it (docs/p2p.md, "Cross-rank check"). Sent
+// as raw bytes: every member is set (no padding left undefined).
 struct CallHeader {
   uint64_t index = 0, seq = 0, signature = 0;
   int64_t count = 0;
   double premul = 1.0;
+  uint64_t segment = 0;  // the sender's Options::segment_bytes: rank 0's decides for the call
   int32_t root = 0;
+  uint32_t payload = 0;  // bytes of the sender's data after the header (Note [Fused check])
   uint8_t kind = 0, dtype = 0, op = 0;
-  uint8_t algo = 0;      // the sender's Options::algo: rank 0's decides for the call
-  uint64_t segment = 0;  // the sender's Options::segment_bytes: rank 0's decides too
+  uint8_t algo = 0;   // the sender's Options::algo: rank 0's decides too
+  uint8_t fused = 0;  // 1: the sender's data came with its header (Note [Fused check])
+  uint8_t reserved[3] = {};
 };
-static_assert(sizeof(CallHeader) == 56);
+static_assert(sizeof(CallHeader) == 64);
 
 // When a call must be done: desc.timeout, else the group's `group_timeout`, else 300 s, from
 // now.
@@ -55,6 +59,10 @@ struct Call {
   std::vector<CallHeader> headers;  // every rank's call, after the check
   std::vector<double> factors;      // premul_sum: rank r's factor at [r]
   uint64_t segment = 0;             // rank 0's segment_bytes, once the check ran (Note [Segments])
+  // Note [Fused check]: every rank's data came with the check; rank r's at data[r] (in the
+  // group's check buffer, valid until the next call).
+  bool fused = false;
+  std::vector<const uint8_t*> data;
 };
 
 class P2pGroup final : public Backend {
@@ -98,6 +106,15 @@ class P2pGroup final : public Backend {
   uint8_t* scratch(size_t bytes);
 
   void check_across_ranks(Call& c);
+  // Note [Fused check]: whether this rank sends its data for `d` with its header (its own call
+  // and options decide), and how many bytes of data rank `rank` sends when the call is fused.
+  bool fuses(const CollectiveDesc& d) const;
+  size_t fused_bytes(const CollectiveDesc& d, int rank) const;
+  // Splits `got` bytes received from group rank `from` at `at` into `cnt` check records, their
+  // ends appended to `ends`; invalid argument naming the peer if they are not.
+  void split_records(const Call& c, int from, const uint8_t* at, size_t got, int cnt,
+                     std::vector<size_t>& ends) const;
+  std::string where(const Call& c, unsigned phase, uint64_t step) const;
   bool small(const Call& c, uint64_t bytes) const;
   std::string describe_call(const Call& c) const;
   void send(Call& c);
@@ -112,6 +129,7 @@ class P2pGroup final : public Backend {
   std::exception_ptr broken_;  // the error that left the group unusable
   uint64_t calls_ = 0;
   std::vector<uint8_t> fold_scratch_;
+  std::vector<uint8_t> check_buf_;  // the cross-rank check's records (Note [Fused check])
   std::unique_ptr<uint8_t[]> scratch_;
   size_t scratch_size_ = 0;
   BackendCapabilities caps_;
@@ -119,6 +137,7 @@ class P2pGroup final : public Backend {
 
 // The algorithms (p2p_collectives_algos.cc); a friend of P2pGroup.
 struct Algorithms {
+  static void fused(P2pGroup& g, Call& c);  // Note [Fused check]: the data is already here
   static void reduction(P2pGroup& g, Call& c);
   static void pipelined_all_reduce(P2pGroup& g, Call& c, Folder& folder);
   static void broadcast(P2pGroup& g, Call& c);

@@ -22,6 +22,7 @@
 #include "braid/core/error.h"
 #include "conformance/reference.h"
 #include "conformance/registry.h"
+#include "p2p_test_helpers.h"
 #include "p2p_test_transport.h"
 
 namespace braid::p2p {
@@ -33,68 +34,14 @@ using conformance::detail::input_bytes;
 using conformance::detail::reduce_reference;
 using conformance::detail::Source;
 using std::chrono::milliseconds;
+using testing::desc;
+using testing::expect_ok;
 using testing::Fabric;
+using testing::message;
+using testing::on_ranks;
+using testing::run;
 using testing::ThreadTransport;
-
-// Runs fn(rank, backend) on n threads over one fabric; returns each rank's exception.
-template <class Fn>
-std::vector<std::exception_ptr> on_ranks(int n, Options options, Fn fn,
-                                         milliseconds timeout = milliseconds(5000)) {
-  auto fabric = std::make_shared<Fabric>(n);
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        BackendContext ctx;
-        ctx.rank = r;
-        ctx.size = n;
-        ctx.timeout = timeout;
-        auto b =
-            make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r), options);
-        fn(r, *b);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-void expect_ok(const std::vector<std::exception_ptr>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) {
-    if (!errors[r]) continue;
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << ": " << e.what();
-    }
-  }
-}
-
-// Runs `d` and throws its error, if any.
-void run(Backend& b, const CollectiveDesc& d) {
-  auto w = b.run(d);
-  ASSERT_TRUE(w->test());
-  if (w->error()) std::rethrow_exception(w->error());
-}
-
-CollectiveDesc desc(CollectiveKind kind, DType dtype, int64_t count, uint64_t seq) {
-  CollectiveDesc d;
-  d.kind = kind;
-  d.dtype = dtype;
-  d.count = count;
-  d.seq = seq;
-  d.signature = seq * 131 + static_cast<uint64_t>(kind);
-  return d;
-}
-
-Options with(Algo algo) {
-  Options o;
-  o.algo = algo;
-  return o;
-}
+using testing::with;
 
 const Algo kAlgos[] = {Algo::kAuto, Algo::kRing, Algo::kRd};
 
@@ -137,27 +84,20 @@ TEST(P2pCollectives, RankZerosAlgorithmDecidesForTheGroup) {
   constexpr int64_t count = 50000;
   const Source src{DType::kF32, 5, n};
   const Bytes want = reduce_reference(src, ReduceOp::kSum, 0, count);
-  auto fabric = std::make_shared<Fabric>(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      BackendContext ctx;
-      ctx.rank = r;
-      ctx.size = n;
-      ctx.timeout = milliseconds(5000);
-      Options options = with(r == 0 ? Algo::kRing : Algo::kRd);
-      options.segment_bytes = r == 0 ? 4000 : r == 1 ? 0 : 1 << 20;  // rank 0's decides too
-      auto b = make_p2p_backend("p2p", ctx, std::make_unique<ThreadTransport>(fabric, r), options);
-      Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0);
-      CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, count, 1);
-      d.send = in.data();
-      d.recv = out.data();
-      auto w = b->run(d);
-      EXPECT_FALSE(w->error());
-      EXPECT_EQ(first_difference(DType::kF32, out.data(), want.data(), count), "");
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::RankSetup setup;
+  setup.options = [](int r) {
+    Options options = with(r == 0 ? Algo::kRing : Algo::kRd);
+    options.segment_bytes = r == 0 ? 4000 : r == 1 ? 0 : 1 << 20;  // rank 0's decides too
+    return options;
+  };
+  expect_ok(on_ranks(n, setup, [&](int r, Backend& b) {
+    Bytes in = input_bytes(src, r, 0, count), out(want.size(), 0);
+    CollectiveDesc d = desc(CollectiveKind::kAllReduce, DType::kF32, count, 1);
+    d.send = in.data();
+    d.recv = out.data();
+    run(b, d);
+    EXPECT_EQ(first_difference(DType::kF32, out.data(), want.data(), count), "");
+  }));
 }
 
 // Every other collective once per algorithm family, on 5 ranks (not a power of two).
@@ -285,18 +225,9 @@ TEST(P2pCollectives, EveryCollectiveMatchesItsReference) {
   }
 }
 
-std::string message(const std::exception_ptr& e, ErrorKind* kind) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const Error& err) {
-    *kind = err.kind();
-    return err.what();
-  }
-}
-
 TEST(P2pCollectives, MismatchFailsOnEveryRankNamingBothCallsAndBreaksTheGroup) {
   std::vector<std::string> first(4), second(4);
-  auto errors = on_ranks(4, {}, [&](int r, Backend& b) {
+  auto errors = on_ranks(4, Options{}, [&](int r, Backend& b) {
     float x[4] = {1, 2, 3, 4}, y[4];
     CollectiveDesc d =
         desc(r == 1 ? CollectiveKind::kBroadcast : CollectiveKind::kAllReduce, DType::kF32, 4, 1);
@@ -350,7 +281,7 @@ TEST(P2pCollectives, APeerThatSkipsACallTimesOutNamingTheOpSeqAndPeer) {
 }
 
 TEST(P2pCollectives, UserSendRecvInterleaveWithCollectives) {
-  expect_ok(on_ranks(3, {}, [&](int r, Backend& b) {
+  expect_ok(on_ranks(3, Options{}, [&](int r, Backend& b) {
     int32_t msg[3] = {r * 10, r * 10 + 1, r * 10 + 2}, got[3] = {};
     int32_t sum[3] = {r, r, r};
     const int peer = (r + 1) % 3, from = (r + 2) % 3;
@@ -375,7 +306,7 @@ TEST(P2pCollectives, UserSendRecvInterleaveWithCollectives) {
 }
 
 TEST(P2pCollectives, BadInputIsRejectedWithoutBreakingTheGroup) {
-  expect_ok(on_ranks(2, {}, [&](int r, Backend& b) {
+  expect_ok(on_ranks(2, Options{}, [&](int r, Backend& b) {
     int32_t x[2] = {1, 2};
     ErrorKind k{};
     for (int64_t tag : {int64_t{-1}, kMaxUserTag + 1}) {
@@ -409,7 +340,7 @@ TEST(P2pCollectives, BadInputIsRejectedWithoutBreakingTheGroup) {
 }
 
 TEST(P2pCollectives, ARecvOfTheWrongSizeFailsNamingThePeer) {
-  auto errors = on_ranks(2, {}, [&](int r, Backend& b) {
+  auto errors = on_ranks(2, Options{}, [&](int r, Backend& b) {
     int32_t x[4] = {1, 2, 3, 4};
     CollectiveDesc d = desc(r == 0 ? CollectiveKind::kSend : CollectiveKind::kRecv, DType::kI32,
                             r == 0 ? 2 : 4, 0);
@@ -428,7 +359,7 @@ TEST(P2pCollectives, ARecvOfTheWrongSizeFailsNamingThePeer) {
 }
 
 TEST(P2pCollectives, ARecvSmallerThanTheMessageFails) {
-  auto errors = on_ranks(2, {}, [&](int r, Backend& b) {
+  auto errors = on_ranks(2, Options{}, [&](int r, Backend& b) {
     int32_t x[4] = {1, 2, 3, 4};
     CollectiveDesc d = desc(r == 0 ? CollectiveKind::kSend : CollectiveKind::kRecv, DType::kI32,
                             r == 0 ? 4 : 2, 0);
