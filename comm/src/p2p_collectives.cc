@@ -241,8 +241,14 @@ void P2pGroup::finish(Call& c, Posted& posted) {
 // k * segment on the receiver. Both sides cut the same length the same way, which holds for
 // every collective whose counts the cross-rank check compares; all_to_all_v (counts not
 // compared) sends whole messages, so a length mismatch stays a clean error.
+// Note [Local copy under the transfer]: an out-of-place broadcast's root and an out-of-place
+// all_gather copy their own data into the output; before, every rank made that copy first and
+// sent from the output. Now the round sends straight from the input and copies meanwhile, in
+// steps of kCopyStep bytes with a test() of every request between steps, so that a transport
+// progressed by its caller (UCX) keeps its sockets busy during the copy instead of idling
+// until it ends.
 void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces,
-                     bool segmented) {
+                     bool segmented, const LocalCopy& copy) {
   Posted posted;
   const uint64_t seg = segmented ? c.segment : 0;
   for (const Piece& p : pieces) {
@@ -255,6 +261,13 @@ void P2pGroup::round(Call& c, unsigned phase, uint64_t step, const std::vector<P
       post(c, phase, step, {p.peer, p.send, data + off, std::min<size_t>(seg, p.bytes - off)},
            posted);
     }
+  }
+  constexpr size_t kCopyStep = 256 << 10;
+  auto* dst = static_cast<uint8_t*>(copy.dst);
+  const auto* src = static_cast<const uint8_t*>(copy.src);
+  for (size_t off = 0; dst != src && off < copy.bytes; off += kCopyStep) {
+    std::memcpy(dst + off, src + off, std::min(kCopyStep, copy.bytes - off));
+    for (auto& r : posted.requests) r->test();
   }
   finish(c, posted);
 }

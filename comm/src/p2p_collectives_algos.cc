@@ -17,14 +17,16 @@ namespace {
 // Phases of a call's tags (0 is the cross-rank check).
 constexpr unsigned kPhaseA = 1, kPhaseB = 2;
 
-using RoundFn = std::function<void(unsigned, uint64_t, const std::vector<Piece>&, bool)>;
+using RoundFn =
+    std::function<void(unsigned, uint64_t, const std::vector<Piece>&, bool, const LocalCopy&)>;
 
 struct Ctx {
   int me, n;
   RoundFn round_fn;
   bool segmented = true;  // Note [Segments]; all_to_all_v turns it off
-  void round(unsigned phase, uint64_t step, const std::vector<Piece>& pieces) const {
-    round_fn(phase, step, pieces, segmented);
+  void round(unsigned phase, uint64_t step, const std::vector<Piece>& pieces,
+             const LocalCopy& copy = {}) const {
+    round_fn(phase, step, pieces, segmented, copy);
   }
 };
 
@@ -84,16 +86,22 @@ void bruck_all_gather(const Ctx& x, unsigned phase, const void* mine, size_t blo
     copy_if_apart(out + ((x.me + j) % x.n) * block, rot.data() + j * block, block);
 }
 
-// Ring all-gather in place: `buf` holds this rank's block at b.off[me]; n - 1 rounds, round s
-// passes block (me - s) to me + 1 and takes block (me - s - 1) from me - 1. Bytes per rank:
-// the whole buffer less its own block, in and out.
-void ring_all_gather(const Ctx& x, unsigned phase, uint8_t* buf, const Blocks& b) {
+// Ring all-gather into `buf`: n - 1 rounds, round s passes block (me - s) to me + 1 and takes
+// block (me - s - 1) from me - 1. This rank's block is at `own` (buf + b.off[me]: in place);
+// round 0 sends it from there and copies it into buf meanwhile (Note [Local copy under the
+// transfer]). Bytes per rank: the whole buffer less its own block, in and out.
+void ring_all_gather(const Ctx& x, unsigned phase, uint8_t* buf, const Blocks& b,
+                     const uint8_t* own) {
   const int next = (x.me + 1) % x.n, prev = (x.me - 1 + x.n) % x.n;
+  const LocalCopy copy{buf + b.off[x.me], own, b.len[x.me]};
+  if (x.n == 1) copy_if_apart(copy.dst, own, copy.bytes);
   for (int s = 0; s + 1 < x.n; ++s) {
     const int out = (x.me - s + x.n) % x.n, in = (x.me - s - 1 + 2 * x.n) % x.n;
-    x.round(
-        phase, s,
-        {{next, true, buf + b.off[out], b.len[out]}, {prev, false, buf + b.off[in], b.len[in]}});
+    const uint8_t* from = s == 0 ? own : buf + b.off[out];
+    x.round(phase, s,
+            {{next, true, const_cast<uint8_t*>(from), b.len[out]},
+             {prev, false, buf + b.off[in], b.len[in]}},
+            s == 0 ? copy : LocalCopy{});
   }
 }
 
@@ -132,19 +140,24 @@ void binomial_gather(const Ctx& x, unsigned phase, uint8_t* rel, size_t block, i
   }
 }
 
-// Binomial broadcast of `bytes` at `buf` from `root`: receive from the parent (v minus its
+// Binomial broadcast of `bytes` into `buf` from `root`: receive from the parent (v minus its
 // lowest set bit), then send to v + 2^k for the k below that bit. ceil(log2 n) rounds; each
-// rank receives `bytes` once and sends it up to log2 n times.
-void binomial_broadcast(const Ctx& x, unsigned phase, uint8_t* buf, size_t bytes, int root) {
+// rank receives `bytes` once and sends it up to log2 n times. The root sends from `src` and
+// copies it into buf meanwhile (Note [Local copy under the transfer]).
+void binomial_broadcast(const Ctx& x, unsigned phase, uint8_t* buf, const uint8_t* src,
+                        size_t bytes, int root) {
   const int v = (x.me - root + x.n) % x.n;
   int mask = 1;
   while (mask < x.n && !(v & mask)) mask *= 2;
   if (mask < x.n) x.round(phase, 0, {{(v - mask + root) % x.n, false, buf, bytes}});
+  const uint8_t* from = v == 0 ? src : buf;
   std::vector<Piece> sends;
   for (mask /= 2; mask > 0; mask /= 2) {
-    if (v + mask < x.n) sends.push_back({(v + mask + root) % x.n, true, buf, bytes});
+    if (v + mask < x.n) {
+      sends.push_back({(v + mask + root) % x.n, true, const_cast<uint8_t*>(from), bytes});
+    }
   }
-  x.round(phase, 0, sends);
+  x.round(phase, 0, sends, v == 0 ? LocalCopy{buf, src, bytes} : LocalCopy{});
 }
 
 // Linear gather (to_root) or scatter of blocks `b` of the root's `buf`; the other ranks send
@@ -169,12 +182,11 @@ void linear(const Ctx& x, unsigned phase, bool to_root, uint8_t* buf, const Bloc
 
 }  // namespace
 
-#define BRAID_P2P_CTX(g)                                                                       \
-  Ctx x {                                                                                      \
-    g.me_, g.n_,                                                                               \
-        [&g, &c](unsigned phase, uint64_t step, const std::vector<Piece>& p, bool segmented) { \
-          g.round(c, phase, step, p, segmented);                                               \
-        }                                                                                      \
+#define BRAID_P2P_CTX(g)                                                                     \
+  Ctx x {                                                                                    \
+    g.me_, g.n_,                                                                             \
+        [&g, &c](unsigned phase, uint64_t step, const std::vector<Piece>& p, bool segmented, \
+                 const LocalCopy& copy) { g.round(c, phase, step, p, segmented, copy); }     \
   }
 
 // Note [Fused check] (p2p_collectives.cc): every rank's data came with the check, rank p's at
@@ -342,13 +354,17 @@ void Algorithms::broadcast(P2pGroup& g, Call& c) {
   const CollectiveDesc& d = c.desc;
   const size_t esz = dtype_size(d.dtype), bytes = d.count * esz;
   auto* buf = static_cast<uint8_t*>(d.recv);
-  if (x.me == d.root) copy_if_apart(buf, d.send, bytes);
-  if (g.small(c, bytes) || x.n <= 2) return binomial_broadcast(x, kPhaseA, buf, bytes, d.root);
+  const auto* src = static_cast<const uint8_t*>(d.send);  // the root's
+  if (g.small(c, bytes) || x.n <= 2) {
+    return binomial_broadcast(x, kPhaseA, buf, src, bytes, d.root);
+  }
   // Large: the root scatters the blocks, then a ring all-gather; each rank sends and receives
-  // about the message once instead of log2 n times.
+  // about the message once instead of log2 n times. The root scatters from its input and gets
+  // the other blocks of its output from the ring, so an out-of-place root copies only its own.
   const Blocks b = split(d.count, esz, x.n);
-  linear(x, kPhaseA, false, buf, b, buf + b.off[x.me], d.root);
-  ring_all_gather(x, kPhaseB, buf, b);
+  linear(x, kPhaseA, false, const_cast<uint8_t*>(x.me == d.root ? src : buf), b, buf + b.off[x.me],
+         d.root);
+  ring_all_gather(x, kPhaseB, buf, b, buf + b.off[x.me]);
 }
 
 void Algorithms::all_gather(P2pGroup& g, Call& c) {
@@ -357,8 +373,7 @@ void Algorithms::all_gather(P2pGroup& g, Call& c) {
   const size_t block = d.count * dtype_size(d.dtype);
   auto* recv = static_cast<uint8_t*>(d.recv);
   if (g.small(c, x.n * block)) return bruck_all_gather(x, kPhaseA, d.send, block, recv);
-  copy_if_apart(recv + x.me * block, d.send, block);
-  ring_all_gather(x, kPhaseA, recv, equal(block, x.n));
+  ring_all_gather(x, kPhaseA, recv, equal(block, x.n), static_cast<const uint8_t*>(d.send));
 }
 
 void Algorithms::gather(P2pGroup& g, Call& c) {

@@ -52,6 +52,14 @@ struct Piece {
   size_t bytes;
 };
 
+// A copy between two of the caller's buffers that a round makes while its messages are in
+// flight (Note [Local copy under the transfer]).
+struct LocalCopy {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+};
+
 struct Call {
   const CollectiveDesc& desc;
   Clock::time_point deadline;
@@ -97,10 +105,11 @@ class P2pGroup final : public Backend {
   // Waits for everything in `posted` (kTimeout at the call's deadline), checks that each
   // receive brought exactly its bytes, and empties it.
   void finish(Call& c, Posted& posted);
-  // Posts every piece, then waits for all of them. `segmented`: pieces longer than the call's
-  // segment (rank 0's Options::segment_bytes) go as several messages (Note [Segments]).
+  // Posts every piece, makes `copy` (if any), then waits for all of them. `segmented`: pieces
+  // longer than the call's segment (rank 0's Options::segment_bytes) go as several messages
+  // (Note [Segments]).
   void round(Call& c, unsigned phase, uint64_t step, const std::vector<Piece>& pieces,
-             bool segmented = true);
+             bool segmented = true, const LocalCopy& copy = {});
   // The group's receive buffer of at least `bytes` (uninitialized, kept across calls: a large
   // collective then allocates and faults in nothing).
   uint8_t* scratch(size_t bytes);
