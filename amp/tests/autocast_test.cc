@@ -24,7 +24,7 @@ TEST(Autocast, OffByDefaultAndScopesNest) {
       AutocastScope inner(DType::kF16);
       EXPECT_EQ(autocast_dtype(OpCategory::kMatmul, DType::kF32), DType::kF16);
       {
-        AutocastScope off(DType::kF16, {.enabled = false});
+        AutocastScope off(DType::kF16, {.enabled = false, .cache_enabled = {}});
         EXPECT_FALSE(autocast_enabled());
         EXPECT_EQ(autocast_dtype(OpCategory::kMatmul, DType::kF32), DType::kF32);
       }
@@ -60,7 +60,7 @@ TEST(Autocast, StateIsPerThread) {
 TEST(Autocast, RejectsNonLowDtypes) {
   EXPECT_THROW(AutocastScope(DType::kF32), Error);
   EXPECT_THROW(AutocastScope(DType::kI32), Error);
-  EXPECT_NO_THROW(AutocastScope(DType::kF32, {.enabled = false}));
+  EXPECT_NO_THROW(AutocastScope(DType::kF32, {.enabled = false, .cache_enabled = {}}));
 }
 
 TEST(Autocast, CastCacheLivesUntilTheOutermostScopeEnds) {

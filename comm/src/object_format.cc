@@ -43,8 +43,10 @@ class Writer {
     for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
   }
   void bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
+    if (n == 0) return;
+    const size_t at = out.size();
+    out.resize(at + n);  // not insert(): GCC 12 sees an overflow in it that is not there
+    std::memcpy(out.data() + at, p, n);
   }
   void str(std::string_view s) {
     u64(s.size());

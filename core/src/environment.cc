@@ -161,7 +161,7 @@ std::string EnvValue::python_float_str(double value) {
   const int exp10 = std::atoi(std::string(sci.substr(e + 1)).c_str());
   if (exp10 < -4 || exp10 >= 16) {
     out += digits[0];
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) out.append(".").append(digits, 1);
     out += exp10 < 0 ? "e-" : "e+";
     const int a = std::abs(exp10);
     if (a < 10) out += '0';

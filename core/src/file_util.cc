@@ -33,8 +33,9 @@ fs::path parent_or_dot(const fs::path& path) {
 
 // ".<name>.tmp.<pid>.<n>" beside the target: same file system, so rename() is atomic.
 fs::path temp_name_for(const fs::path& path, uint64_t n) {
-  std::string name = "." + path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                     std::to_string(n);
+  std::string name = ".";
+  name.append(path.filename().string()).append(".tmp.").append(std::to_string(::getpid()));
+  name.append(".").append(std::to_string(n));
   return parent_or_dot(path) / name;
 }
 

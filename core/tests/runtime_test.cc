@@ -147,7 +147,9 @@ TEST(CpuRuntime, LargeBlocksAreHugePageAlignedAndEligible) {
     std::memset(p, 0x5A, bytes);  // the whole block is usable
     EXPECT_EQ(p[bytes - 1], 0x5A);
     const std::string mode = thp_mode();
-    if (mode == "madvise" || mode == "always") EXPECT_EQ(thp_eligible(p), 1) << mode;
+    if (mode == "madvise" || mode == "always") {
+      EXPECT_EQ(thp_eligible(p), 1) << mode;
+    }
     rt.raw_free(0, p, bytes);
   }
   // Below the threshold: the ordinary 64-byte aligned heap block, not a mapping.

@@ -110,6 +110,9 @@ const Tree& Tree::at(size_t index) const {
               " is out of range for a list of ", l.size());
   return l[index];
 }
+Tree& Tree::at(size_t index) {
+  return const_cast<Tree&>(std::as_const(*this).at(index));
+}
 
 size_t Tree::size() const {
   if (is_list()) return list().size();

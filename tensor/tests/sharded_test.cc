@@ -111,7 +111,8 @@ TEST(ParseSizeTest, BadTextIsInvalidArgumentNamingIt) {
     SCOPED_TRACE(bad);
     const Error e = catch_error([&] { parse_size(bad); });
     EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
-    EXPECT_NE(e.message().find("'" + std::string(bad) + "'"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find(std::string(1, '\'').append(bad).append("'")), std::string::npos)
+        << e.message();
   }
   const Error e = catch_error([] { parse_size("5XB"); });
   EXPECT_NE(e.message().find("GiB"), std::string::npos) << e.message();

@@ -30,6 +30,9 @@ TEST(Tree, AccessAndErrors) {
   EXPECT_EQ(b.at("extra").at(1).as_string(), "text");
   EXPECT_EQ(b.at("extra").at(2).as_int(), 7);
   EXPECT_DOUBLE_EQ(b.at("extra").at(2).as_double(), 7.0);
+  b.at("extra").at(0) = Tree(int64_t{11});  // index 0 of a mutable tree: an element to assign
+  EXPECT_EQ(b.at("extra").at(0).as_int(), 11);
+  EXPECT_THROW(b.at("extra").at(3) = Tree(), Error);
   try {
     b.at("missing");
     FAIL();

@@ -275,7 +275,7 @@ Tree run_pass(DataLoader& loader) {
 std::string str(const Tree& t) {
   if (t.is_list()) {
     std::string s = "[";
-    for (size_t i = 0; i < t.size(); ++i) s += (i ? " " : "") + str(t.at(i));
+    for (size_t i = 0; i < t.size(); ++i) s.append(i ? " " : "").append(str(t.at(i)));
     return s + "]";
   }
   return std::to_string(t.as_int());

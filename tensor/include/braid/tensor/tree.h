@@ -66,8 +66,10 @@ class Tree {
   bool contains(std::string_view key) const;
   // Inserts or replaces (keeps the original position when replacing).
   void set(std::string key, Tree value);
-  // List access: throws kOutOfRange.
+  // List access: throws kOutOfRange. Both constnesses, so that `tree.at(0)` on a mutable
+  // tree is the index, never the key overload with the literal 0 taken as a null pointer.
   const Tree& at(size_t index) const;
+  Tree& at(size_t index);
   // Children count of a list or map; 0 for leaves.
   size_t size() const;
 
