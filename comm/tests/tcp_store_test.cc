@@ -324,9 +324,8 @@ TEST_F(TcpStoreTest, TruncatedFrameThenCloseIsDropped) {
   {
     RawClient raw(server_.port());
     raw.hello(token_);
-    auto full = Frame().u8(kSet).str("cut").str("value").wire();
-    full.resize(full.size() - 3);
-    raw.send(full);
+    const auto full = Frame().u8(kSet).str("cut").str("value").wire();
+    raw.send({full.begin(), full.end() - 3});  // the frame less its last 3 bytes
     raw.shutdown_write();
     EXPECT_TRUE(raw.closed_by_server());
   }

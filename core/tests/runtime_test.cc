@@ -107,7 +107,7 @@ TEST(CpuRuntime, AllocatesAlignedWritableMemory) {
 }
 
 // The VMA holding `p` in /proc/self/smaps: its "THPeligible:" value, or -1 if not found.
-int thp_eligible(const void* p) {
+[[maybe_unused]] int thp_eligible(const void* p) {
   std::ifstream smaps("/proc/self/smaps");
   const auto at = reinterpret_cast<uintptr_t>(p);
   std::string line;
@@ -123,7 +123,7 @@ int thp_eligible(const void* p) {
   return -1;
 }
 
-std::string thp_mode() {
+[[maybe_unused]] std::string thp_mode() {  // unused under AddressSanitizer
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string text;
   std::getline(f, text);

@@ -6,10 +6,6 @@
 #include "elementwise_simd.h"
 #include "elementwise_vec_avx512.h"
 
-// g++ 12 reports the _mm512_undefined_epi32() pass-through of _mm512_srli_epi32 as maybe
-// uninitialised; the mask is all ones, so no lane of it is read.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace braid::kernels::cpu::avx512 {
 namespace {
 

@@ -4,11 +4,6 @@
 // Note [ISA files and the ODR] in elementwise_simd.h.
 #pragma once
 
-// GCC 12 reports the _mm512_undefined_*() placeholders inside its own intrinsics as "used" or
-// "may be used uninitialized" (GCC bug 105593, fixed in 13): silence those two warnings here.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-
 #include <immintrin.h>
 
 #include <cstdint>

@@ -22,10 +22,6 @@
 #include "gemm_impl.h"
 #include "gemm_packed_tile.h"
 
-// g++ 12 reports the _mm512_undefined_* pass-through of the unmasked shift and convert
-// intrinsics as maybe uninitialised; their masks are all ones, so no lane of it is read.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace braid::kernels::cpu::avx512bf16 {
 namespace {
 

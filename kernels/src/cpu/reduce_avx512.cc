@@ -6,10 +6,6 @@
 
 #include "reduce_simd.h"
 
-// g++ 12 reports the _mm512_undefined_pd() pass-through of _mm512_cvtps_pd as maybe
-// uninitialised; the mask is all ones, so no lane of it is read.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 namespace braid::kernels::cpu::avx512 {
 namespace {
 
