@@ -221,8 +221,13 @@ TEST(ShardedCheckpointCoverage, Overlap) {
   TempDir dir;
   const Tensor w = Tensor::from_vector(std::vector<double>(10, 1.0), {10}, DType::kF32);
   const auto errors = save_threads(dir.path() / "ckpt", 2, 1, [&](int rank) {
-    return rank == 0 ? std::vector<Piece>{{"w", {2, 5}, 0, w.slice(0, 0, 6)}}
-                     : std::vector<Piece>{{"w", {2, 5}, 4, w.slice(0, 4, 10)}};
+    std::vector<Piece> pieces;  // not a ?: of two initializer lists: GCC 12 -Wmaybe-uninitialized
+    if (rank == 0) {
+      pieces.push_back({"w", {2, 5}, 0, w.slice(0, 0, 6)});
+    } else {
+      pieces.push_back({"w", {2, 5}, 4, w.slice(0, 4, 10)});
+    }
+    return pieces;
   });
   expect_same_error(errors,
                     "tensor 'w': elements [4, 6) are in two pieces, rank 0's [0, 6) and "
