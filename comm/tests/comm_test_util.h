@@ -48,39 +48,6 @@
 
 namespace braid::testing {
 
-// Sets environment variables for a scope ("" unsets one), restoring the old values after.
-// Thread ranks share the process's environment.
-class ScopedEnv {
- public:
-  ScopedEnv(const std::string& name, const std::string& value)
-      : ScopedEnv(std::map<std::string, std::string>{{name, value}}) {}
-  explicit ScopedEnv(const std::map<std::string, std::string>& env) {
-    for (const auto& [key, value] : env) {
-      const char* old = std::getenv(key.c_str());
-      saved_.emplace_back(key, old ? std::optional<std::string>(old) : std::nullopt);
-      if (value.empty()) {
-        ::unsetenv(key.c_str());
-      } else {
-        ::setenv(key.c_str(), value.c_str(), 1);
-      }
-    }
-  }
-  ~ScopedEnv() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) {
-        ::setenv(it->first.c_str(), it->second->c_str(), 1);
-      } else {
-        ::unsetenv(it->first.c_str());
-      }
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
-};
-
 using RankFn = std::function<void(int rank, int size, std::shared_ptr<Store> store)>;
 
 struct RankFailure {

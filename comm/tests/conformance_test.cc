@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "braid/comm/backend.h"
+#include "braid/core/environment.h"
 #include "comm_test_util.h"
 #include "conformance/conformance.h"
 #include "conformance/registry.h"
@@ -44,8 +45,6 @@ const bool kShmRegistered = [] {
   return conformance::register_backend_for_conformance(tiny);
 }();
 
-using testing::ScopedEnv;
-
 // One rank: its world group, the suite, and its failures as the rank's error.
 void run_rank(const ConformanceBackend& b, int rank, int size, std::shared_ptr<Store> store) {
   // Generous: ranks outside a subgroup wait at their next call while its members run the grid.
@@ -61,15 +60,16 @@ void run_rank(const ConformanceBackend& b, int rank, int size, std::shared_ptr<S
 
 testing::RunResult run_suite(const ConformanceBackend& b, int size) {
   constexpr milliseconds kDeadline(540000);  // below ctest's 600 s
+  const EnvPatch patch(b.env.begin(), b.env.end());
   if (b.ranks == ConformanceBackend::Ranks::kThreads) {
-    ScopedEnv env(b.env);
+    PatchEnvironment env(patch);
     return testing::run_threads(
         size, [&](int rank, int n, auto store) { run_rank(b, rank, n, store); }, kDeadline);
   }
   return testing::run_processes(
       size,
       [&](int rank, int n, auto store) {
-        ScopedEnv env(b.env);  // in the forked rank only
+        PatchEnvironment env(patch);  // in the forked rank only
         run_rank(b, rank, n, store);
       },
       testing::StoreKind::kTcp, kDeadline);

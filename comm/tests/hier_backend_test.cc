@@ -17,6 +17,7 @@
 #include "../src/hier_backend.h"
 #include "braid/comm/rank_info.h"
 #include "braid/core/config.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "braid/core/float_types.h"
 #include "braid/tensor/tensor.h"
@@ -25,8 +26,6 @@
 
 namespace braid {
 namespace {
-
-using testing::ScopedEnv;
 
 #if BRAID_HAVE_UCX
 const bool kHierConformance = [] {
@@ -178,25 +177,25 @@ RankInfo layout(int world, int local, const char* source) {
 }
 
 TEST(ChooseBackend, ANamedBackendIsTakenAsGiven) {
-  ScopedEnv env("BRAID_BACKEND", "ucx");
+  PatchEnvironment env{{"BRAID_BACKEND", "ucx"}};
   EXPECT_EQ(choose_backend("mpi", layout(8, 4, "braid launch")), "mpi");
   EXPECT_EQ(choose_backend("shm", layout(8, 4, "braid launch")), "shm");
 }
 
 TEST(ChooseBackend, AutoTakesBraidBackendFirst) {
-  ScopedEnv env("BRAID_BACKEND", "ucx");
+  PatchEnvironment env{{"BRAID_BACKEND", "ucx"}};
   EXPECT_EQ(choose_backend("auto", layout(4, 4, "braid launch")), "ucx");
 }
 
 TEST(ChooseBackend, AutoOnOneNodeIsShm) {
-  ScopedEnv env("BRAID_BACKEND", "");
+  PatchEnvironment env(EnvPatch{{"BRAID_BACKEND", std::nullopt}});
   EXPECT_EQ(choose_backend("auto", layout(4, 4, "braid launch")), "shm");
   EXPECT_EQ(choose_backend("auto", layout(1, 1, "single process")), "shm");
   EXPECT_EQ(choose_backend("auto", layout(3, 3, "openmpi")), "shm");
 }
 
 TEST(ChooseBackend, AutoOnSeveralNodesPrefersMpiUnderMpirunElseHier) {
-  ScopedEnv env("BRAID_BACKEND", "auto");
+  PatchEnvironment env{{"BRAID_BACKEND", "auto"}};
   const std::string launched = built("hier") ? "hier" : built("mpi") ? "mpi" : "";
   const std::string mpirun = built("mpi") ? "mpi" : launched;
   for (const auto& [source, want] :
@@ -216,30 +215,30 @@ TEST(ChooseBackend, AutoOnSeveralNodesPrefersMpiUnderMpirunElseHier) {
 }
 
 TEST(NodeIdentity, SimulatedNodesFollowTheWorldRank) {
-  ScopedEnv per("BRAID_HIER_RANKS_PER_NODE", "3");
+  PatchEnvironment per{{"BRAID_HIER_RANKS_PER_NODE", "3"}};
   EXPECT_EQ(node_identity(0), node_identity(2));
   EXPECT_NE(node_identity(2), node_identity(3));
   EXPECT_EQ(node_identity(3), node_identity(5));
 }
 
 TEST(NodeIdentity, LauncherNodeRankSeparatesNodesOnOneHost) {
-  ScopedEnv per("BRAID_HIER_RANKS_PER_NODE", "");
-  ScopedEnv g0("GROUP_RANK", "0");
+  PatchEnvironment per(EnvPatch{{"BRAID_HIER_RANKS_PER_NODE", std::nullopt}});
+  PatchEnvironment g0{{"GROUP_RANK", "0"}};
   const std::string a = node_identity(0);
-  ScopedEnv g1("GROUP_RANK", "1");
+  PatchEnvironment g1{{"GROUP_RANK", "1"}};
   EXPECT_NE(a, node_identity(0));
   EXPECT_NE(a.find("node rank 0"), std::string::npos) << a;
 }
 
 TEST(NodeIdentity, WithoutALauncherTheNetworkNamespaceCounts) {
-  ScopedEnv per("BRAID_HIER_RANKS_PER_NODE", "");
-  ScopedEnv g("GROUP_RANK", "");
+  PatchEnvironment per(EnvPatch{{"BRAID_HIER_RANKS_PER_NODE", std::nullopt}});
+  PatchEnvironment g(EnvPatch{{"GROUP_RANK", std::nullopt}});
   EXPECT_NE(node_identity(0).find("net:["), std::string::npos) << node_identity(0);
 }
 
 TEST(NodeIdentity, BadRanksPerNodeNamesTheVariable) {
   for (const char* bad : {"x", "0", "-2", "3k"}) {
-    ScopedEnv per("BRAID_HIER_RANKS_PER_NODE", bad);
+    PatchEnvironment per{{"BRAID_HIER_RANKS_PER_NODE", bad}};
     try {
       node_identity(0);
       ADD_FAILURE() << "no error for " << bad;

@@ -4,6 +4,7 @@
 // peer that dies, and bad input. Also registers the "ucx" backend with the conformance suite.
 // Compiles to nothing without UCX.
 #include "braid/core/config.h"
+#include "braid/core/environment.h"
 
 #if BRAID_HAVE_UCX
 
@@ -354,12 +355,14 @@ size_t eager_short_limit(const std::string& line) {
 TEST(UcxTransport, TcpSettingsAreBraidsDefaultsUnlessTheJobSetsThem) {
   for (const bool job_sets : {false, true}) {
     auto result = run_processes(2, [job_sets](int rank, int size, std::shared_ptr<Store> store) {
-      // "" unsets: braid's defaults apply only where the job has not set the variables.
-      testing::ScopedEnv env(
-          std::map<std::string, std::string>{{"UCX_TLS", "tcp,self"},
-                                             {"UCX_TCP_TX_SEG_SIZE", job_sets ? "8K" : ""},
-                                             {"UCX_TCP_RX_SEG_SIZE", job_sets ? "64K" : ""},
-                                             {"UCX_ZCOPY_THRESH", job_sets ? "auto" : ""}});
+      // nullopt unsets: braid's defaults apply only where the job has not set the variables.
+      auto job = [job_sets](const char* value) {
+        return job_sets ? std::optional<std::string>(value) : std::nullopt;
+      };
+      PatchEnvironment env(EnvPatch{{"UCX_TLS", "tcp,self"},
+                                    {"UCX_TCP_TX_SEG_SIZE", job("8K")},
+                                    {"UCX_TCP_RX_SEG_SIZE", job("64K")},
+                                    {"UCX_ZCOPY_THRESH", job("auto")}});
       auto t = connect(rank, size, store);
       const std::string info = describe_ucx_endpoint(*t, 1 - rank);
       ASSERT_NE(info.find("tcp/"), std::string::npos) << "no tcp lane to the peer:\n" << info;

@@ -180,10 +180,20 @@ std::string EnvValue::python_float_str(double value) {
 
 PatchEnvironment::PatchEnvironment(
     std::initializer_list<std::pair<std::string_view, EnvValue>> vars) {
+  EnvPatch patch;
+  for (const auto& [key, value] : vars) patch.emplace_back(std::string(key), value.text());
+  apply(patch);
+}
+
+PatchEnvironment::PatchEnvironment(const EnvPatch& vars) {
+  apply(vars);
+}
+
+void PatchEnvironment::apply(const EnvPatch& vars) {
   // Validate everything first so a bad key changes nothing.
   std::vector<std::string> keys;
   for (const auto& [key, value] : vars) {
-    BRAID_CHECK(!key.empty() && key.find('=') == std::string_view::npos, kInvalidArgument,
+    BRAID_CHECK(!key.empty() && key.find('=') == std::string::npos, kInvalidArgument,
                 "environment variable name '", key, "' is not valid; expected a non-empty ",
                 "name without '='");
     std::string upper(key);
@@ -199,7 +209,11 @@ PatchEnvironment::PatchEnvironment(
       const bool seen =
           std::any_of(saved_.begin(), saved_.end(), [&](const auto& s) { return s.first == k; });
       if (!seen) saved_.emplace_back(k, get_env_string(k));
-      set_var(k, value.text());
+      if (value) {
+        set_var(k, *value);
+      } else {
+        ::unsetenv(k.c_str());
+      }
     }
   } catch (...) {
     restore(saved_);  // the destructor does not run for a half-built scope

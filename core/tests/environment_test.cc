@@ -229,6 +229,31 @@ TEST(PatchEnvironment, BadKeyChangesNothing) {
   EXPECT_THROW((PatchEnvironment{{"", "1"}}), Error);
 }
 
+// The run-time form: a list built by the caller, where nullopt unsets for the scope.
+TEST(PatchEnvironment, AListMadeAtRunTimeSetsAndUnsetsThenRestores) {
+  ::setenv(kVar, "before", 1);
+  ::unsetenv("BRAID_ENV_TEST_B");
+  EnvPatch patch;
+  patch.emplace_back(kVar, std::nullopt);
+  patch.emplace_back("braid_env_test_b", std::string("set"));
+  {
+    PatchEnvironment env(patch);
+    EXPECT_FALSE(is_set(kVar));
+    EXPECT_EQ(value_of("BRAID_ENV_TEST_B"), "set");
+  }
+  EXPECT_EQ(value_of(kVar), "before");
+  EXPECT_FALSE(is_set("BRAID_ENV_TEST_B"));
+  ::unsetenv(kVar);
+  try {
+    PatchEnvironment env(EnvPatch{{"BRAID_ENV_TEST_B", "1"}, {"A=B", std::nullopt}});
+    ADD_FAILURE() << "a key with '=' was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_THAT(e.message(), HasSubstr("'A=B'"));
+  }
+  EXPECT_FALSE(is_set("BRAID_ENV_TEST_B"));
+}
+
 TEST(ClearEnvironment, EmptiesAndRestoresExactly) {
   ::setenv("BRAID_ENV_TEST_KEEP", "kept", 1);
   ::setenv("BRAID_ENV_TEST_CHANGE", "old", 1);

@@ -70,14 +70,22 @@ class EnvValue {
 //   PatchEnvironment env{{"braid_log_level", "debug"}, {"world_size", 4}, {"flag", true}};
 //
 // Throws kInvalidArgument, before changing anything, for an empty key or one containing '='.
+//
+// The second form takes a list made at run time, and a nullopt value unsets the variable for
+// the scope (tests that must see a variable absent):
+//
+//   PatchEnvironment env(EnvPatch{{"BRAID_BACKEND", std::nullopt}, {"UCX_TLS", "tcp,self"}});
+using EnvPatch = std::vector<std::pair<std::string, std::optional<std::string>>>;
 class PatchEnvironment {
  public:
   PatchEnvironment(std::initializer_list<std::pair<std::string_view, EnvValue>> vars);
+  explicit PatchEnvironment(const EnvPatch& vars);
   ~PatchEnvironment();
   PatchEnvironment(const PatchEnvironment&) = delete;
   PatchEnvironment& operator=(const PatchEnvironment&) = delete;
 
  private:
+  void apply(const EnvPatch& vars);
   // Upper-cased key and its value before the scope (nullopt: it was unset).
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
