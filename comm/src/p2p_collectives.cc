@@ -241,6 +241,7 @@ void P2pGroup::finish(Call& c, Posted& posted) {
 // k * segment on the receiver. Both sides cut the same length the same way, which holds for
 // every collective whose counts the cross-rank check compares; all_to_all_v (counts not
 // compared) sends whole messages, so a length mismatch stays a clean error.
+//
 // Note [Local copy under the transfer]: an out-of-place broadcast's root and an out-of-place
 // all_gather copy their own data into the output; before, every rank made that copy first and
 // sent from the output. Now the round sends straight from the input and copies meanwhile, in
@@ -289,15 +290,15 @@ uint8_t* P2pGroup::scratch(size_t bytes) {
 //
 // Note [Fused check]: a small call whose latency algorithm moves every rank's data to every
 // rank anyway (all_reduce, reduce, reduce_scatter, all_gather, broadcast) sends that data in
-// the check's own messages, after its header: one exchange per call instead of two. Each
-// rank decides for itself from its own call and options (fuses, fused_bytes) and says so in
-// its header; the data is used only when every rank's header says fused, so
-// ranks that decide differently (other options, or different calls) still agree: they all
-// run the ordinary algorithms, or fail the check. A record is the header and the data padded to 16
-// bytes; round d sends the first min(d, n - d) records as they lie in the buffer and receives into
-// a room for as many records of the largest size (fuse_limit), so no rank needs to know the others'
-// sizes in advance. The reductions fold every rank's raw data in rank order, as the latency
-// algorithms do, so the bits are those of every other algorithm.
+// the check's own messages, after its header: one exchange per call instead of two. Each rank
+// decides for itself from its own call and options (fuses, fused_bytes) and says so in its
+// header; the data is used only when every rank's header says fused, so ranks that decide
+// differently (other options, or different calls) still agree: they all run the ordinary
+// algorithms, or fail the check. A record is the header and the data padded to 16 bytes;
+// round d sends the first min(d, n - d) records as they lie in the buffer and receives into
+// room for as many records of the largest size (fuse_limit), so no rank needs to know the
+// others' sizes in advance. The reductions fold every rank's raw data in rank order, as the
+// latency algorithms do, so the bits are those of every other algorithm.
 size_t P2pGroup::fused_bytes(const CollectiveDesc& d, int rank) const {
   const size_t bytes = static_cast<size_t>(d.count) * dtype_size(d.dtype);
   switch (d.kind) {
