@@ -86,6 +86,7 @@ ShmOptions shm_options_from_env() {
   o.zerocopy_bytes = env_bytes("BRAID_SHM_ZEROCOPY_BYTES", o.zerocopy_bytes, 0);
   o.chunk_bytes = env_bytes("BRAID_SHM_CHUNK_BYTES", o.chunk_bytes, 64);
   o.nontemporal_bytes = env_bytes("BRAID_SHM_NONTEMPORAL_BYTES", o.nontemporal_bytes, 0);
+  o.kernel_copy_bytes = env_bytes("BRAID_SHM_KERNEL_COPY_BYTES", o.kernel_copy_bytes, 0);
   if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
     BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
                 "environment variable BRAID_SHM_ALGO='", algo,
@@ -133,10 +134,11 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                              std::to_string(context_.global_ranks[0]) + "x" + std::to_string(n_) +
                              "-" + std::to_string(getpid()) + "-" +
                              std::to_string(g_segment_counter.fetch_add(1));
-    SegmentConfig config{options.slot_bytes,    options.mailbox_bytes,
-                         options.oneshot_bytes, static_cast<uint32_t>(options.algo),
-                         options.arena_bytes,   options.zerocopy_bytes,
-                         options.chunk_bytes,   options.nontemporal_bytes};
+    SegmentConfig config{options.slot_bytes,       options.mailbox_bytes,
+                         options.oneshot_bytes,    static_cast<uint32_t>(options.algo),
+                         options.arena_bytes,      options.zerocopy_bytes,
+                         options.chunk_bytes,      options.nontemporal_bytes,
+                         options.kernel_copy_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -152,6 +154,11 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   area_bytes_ = (slot / 4) & ~uint64_t{63};
   inputs_.resize(n_);
   init_arena();
+  // Rank 0's kernel_copy_bytes decides for the group; a rank whose own is 0 does not offer its
+  // buffers, which turns the path off for the group at its first call (Note [Kernel copy]).
+  if (seg_->header().kernel_copy_bytes != 0 && options.kernel_copy_bytes != 0) {
+    kernel_copy_able_ = kernel_copy_works();
+  }
 }
 
 ShmGroup::~ShmGroup() = default;

@@ -38,6 +38,10 @@ struct ShmOptions {
   uint64_t arena_bytes = uint64_t{256} << 20;
   // Smallest message (bytes per rank) that tries the zero-copy path (BRAID_SHM_ZEROCOPY_BYTES).
   uint64_t zerocopy_bytes = uint64_t{64} << 10;
+  // Smallest message (bytes per rank) for which ranks read each other's ordinary buffers
+  // directly with process_vm_readv instead of staging them (BRAID_SHM_KERNEL_COPY_BYTES; 0:
+  // never; docs/shm.md, "Kernel copy").
+  uint64_t kernel_copy_bytes = uint64_t{1} << 20;
 };
 
 // The options from the environment (defaults above). Throws kInvalidArgument naming the

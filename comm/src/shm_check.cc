@@ -1,11 +1,11 @@
 // The shm backend's cross-rank check (always on; docs/shm.md, "Cross-rank check"): at the
 // first step of every collective each rank publishes the call it entered (its index among
 // this group's collectives, kind, dtype, count, op, root) in the step line it is about to mark
-// ready, and its premul_sum factor and arena offsets in the call words of the call's parity (a
-// peer may already publish its next call); after the
-// step's ready wait every rank compares every peer's call with its own, so a mismatch is an
-// error naming both ranks and both calls before anyone reads a peer's data. The same step
-// shares the premul_sum factors and the all_to_all_v counts.
+// ready, and its premul_sum factor, arena offsets and buffer addresses in the call words of the
+// call's parity (a peer may already publish its next call); after the step's ready wait every
+// rank compares every peer's call with its own, so a mismatch is an error naming both ranks and
+// both calls before anyone reads a peer's data. The same step shares the premul_sum factors and
+// the all_to_all_v counts.
 #include <bit>
 #include <cstring>
 #include <sstream>
@@ -72,6 +72,9 @@ void ShmGroup::publish_call(Call& c) {
   words.premul_bits.store(std::bit_cast<uint64_t>(d.premul_factor), std::memory_order_relaxed);
   words.send_arena_off.store(c.send_off, std::memory_order_relaxed);
   words.recv_arena_off.store(c.recv_off, std::memory_order_relaxed);
+  words.send_addr.store(reinterpret_cast<uintptr_t>(d.send), std::memory_order_relaxed);
+  words.recv_addr.store(reinterpret_cast<uintptr_t>(d.recv), std::memory_order_relaxed);
+  words.kernel_copy.store(c.kc_mine ? 1 : 0, std::memory_order_relaxed);
   // The release store of the ready epoch that follows makes these visible to the peers.
 }
 

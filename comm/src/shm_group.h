@@ -67,6 +67,10 @@ struct Call {
   bool zc_mine = false;       // this rank's buffers qualify: its first step stages nothing
   bool zc_taken = false;      // every rank's buffers qualify: the zero-copy path runs
   bool zc_repeat = false;     // some ranks staged nothing but not all qualify: start again
+  // Note [Kernel copy] (shm_zerocopy.cc): this rank offers its buffers to process_vm_readv,
+  // and (after the first step) every rank does.
+  bool kc_mine = false;
+  bool kc_all = false;
   bool stop() const { return zc_taken || zc_repeat; }
 };
 
@@ -86,8 +90,10 @@ class ShmGroup final : public Backend {
   // 64-byte aligned blocks of this rank's arena (shm_arena.cc). kOutOfMemory when full.
   void* allocate(size_t bytes) override;
   void release(void* ptr) override;
-  // Collectives that took the zero-copy path (tests and benchmarks look at it).
+  // Collectives that took the zero-copy path (tests and benchmarks look at it), and those of
+  // them that read a peer's ordinary buffer with process_vm_readv (Note [Kernel copy]).
   uint64_t zero_copy_calls() const { return zero_copy_calls_.load(std::memory_order_relaxed); }
+  uint64_t kernel_copy_calls() const { return kernel_copy_calls_.load(std::memory_order_relaxed); }
 
  private:
   void dispatch(const CollectiveDesc& desc);
@@ -195,12 +201,28 @@ class ShmGroup final : public Backend {
   // or the slot path must start again).
   bool resolve_zero_copy(Call& c);
   void finish_zero_copy(Call& c);
-  bool qualifies(const Call& c, int p) const;  // rank p's own buffers lie in its arena
+  // Rank p's buffers can be read in place: they lie in its arena, or every rank offers its
+  // buffers to process_vm_readv.
+  bool qualifies(const Call& c, int p) const;
+  bool in_arena(const Call& c, int p) const;  // rank p's buffers lie in its arena
   bool zero_copy_eligible(const Call& c) const;
   void zero_copy_first(Call& c);
   void zero_copy_gather_stripes(Call& c);
-  const uint8_t* peer_send(const Call& c, int p) const;
-  uint8_t* peer_recv(const Call& c, int p) const;
+  // Rank p's send / recv buffer where this rank can address it (its own buffer, or a peer's
+  // in the mapped arena); nullptr when it must be read with read_peer().
+  const uint8_t* peer_buffer(const Call& c, int p, bool recv) const;
+  // Copies `bytes` at `offset` of rank p's send / recv buffer into `dst`: memcpy where
+  // peer_buffer() addresses it, else process_vm_readv.
+  void read_peer(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* dst);
+  // Copies `bytes` from `src` to `offset` of rank p's recv buffer with process_vm_writev.
+  void write_peer(Call& c, int p, int64_t offset, int64_t bytes, const void* src);
+  // process_vm_readv / writev between `mine` and rank p's send / recv buffer at `offset`;
+  // errors name the peer (a peer that exited: kPeerLost).
+  void kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* mine,
+                   bool write);
+  bool tries_kernel_copy(const Call& c) const;
+  // Whether this process may read its peers' memory with process_vm_readv (Note [Kernel copy]).
+  static bool kernel_copy_works();
 
   // ---- point to point (shm_p2p.cc) ----
   void send(Call& c);
@@ -227,6 +249,11 @@ class ShmGroup final : public Backend {
   std::exception_ptr broken_;  // the error that left this group unusable
   BackendCapabilities caps_;
   std::atomic<uint64_t> zero_copy_calls_{0};
+  std::atomic<uint64_t> kernel_copy_calls_{0};
+  bool kernel_copy_able_ = false;        // kernel_copy_works(), when the group enables it
+  bool kernel_copy_off_ = false;         // a rank could not offer it: the group stops trying
+  bool kernel_copy_used_ = false;        // the current call read a peer with process_vm_readv
+  std::vector<uint8_t> peer_scratch_;    // kernel-copied chunks of peers' buffers for a fold
   std::mutex arena_mu_;                  // allocate / release may come from any thread
   std::map<uint64_t, uint64_t> free_;    // offset -> bytes, coalesced
   std::map<uint64_t, uint64_t> blocks_;  // handed out: offset -> bytes

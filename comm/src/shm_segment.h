@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -33,6 +33,7 @@ struct alignas(64) SegmentHeader {
   uint64_t zerocopy_bytes = 0;      // smallest message that tries the zero-copy path
   uint64_t chunk_bytes = 0;         // most bytes of a message per pipelined step
   uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
+  uint64_t kernel_copy_bytes = 0;   // smallest message read from peers by process_vm_readv (0: off)
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -67,7 +68,12 @@ struct alignas(64) CallWords {
   std::atomic<uint64_t> premul_bits{0};  // this rank's premul_sum factor (double bits)
   // Where this call's buffers lie in this rank's arena (byte offsets), -1 when outside it.
   std::atomic<int64_t> send_arena_off{-1}, recv_arena_off{-1};
+  // This call's buffers in this rank's address space, for peers' process_vm_readv, and whether
+  // this rank offers them that way (Note [Kernel copy], shm_zerocopy.cc).
+  std::atomic<uint64_t> send_addr{0}, recv_addr{0};
+  std::atomic<uint32_t> kernel_copy{0};
 };
+static_assert(sizeof(CallWords) == 64);
 
 // Per rank. Every 32-bit atomic is usable as a futex word; `*waiters` count sleepers so a
 // writer only pays for FUTEX_WAKE when someone sleeps.
@@ -102,6 +108,7 @@ struct SegmentConfig {
   uint64_t zerocopy_bytes = 0;
   uint64_t chunk_bytes = 0;
   uint64_t nontemporal_bytes = 0;
+  uint64_t kernel_copy_bytes = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

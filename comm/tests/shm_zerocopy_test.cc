@@ -43,7 +43,8 @@ ShmOptions test_options() {
   ShmOptions o;
   o.slot_bytes = 64 << 10;  // many slot steps for the big case: a different chunking
   o.arena_bytes = 64 << 20;
-  o.zerocopy_bytes = 0;  // every non-empty call tries the zero-copy path
+  o.zerocopy_bytes = 0;     // every non-empty call tries the zero-copy path
+  o.kernel_copy_bytes = 0;  // ordinary buffers stage (the kernel-copy tests turn it on)
   return o;
 }
 
@@ -60,6 +61,10 @@ std::unique_ptr<Backend> make_backend(int rank, int size, std::shared_ptr<Store>
 
 uint64_t zero_copy_calls(Backend& b) {
   return dynamic_cast<shm::ShmGroup&>(b).zero_copy_calls();
+}
+
+uint64_t kernel_copy_calls(Backend& b) {
+  return dynamic_cast<shm::ShmGroup&>(b).kernel_copy_calls();
 }
 
 struct Case {
@@ -139,7 +144,7 @@ struct Buffer {
 // Runs `cs` on this rank; returns the bytes this rank ends with (its in-place buffer, or its
 // recv buffer) and whether the call took the zero-copy path.
 Bytes run_case(int me, int n, Backend& b, const Case& cs, Placement placement, uint64_t seq,
-               bool* zero_copy) {
+               bool* zero_copy, bool* kernel_copy = nullptr) {
   const bool shared =
       placement == Placement::kShared || (placement == Placement::kMixed && me != n - 1);
   const int64_t es = static_cast<int64_t>(dtype_size(cs.dtype));
@@ -173,10 +178,11 @@ Bytes run_case(int me, int n, Backend& b, const Case& cs, Placement placement, u
     d.send = a.data;
     d.recv = r->data;
   }
-  const uint64_t before = zero_copy_calls(b);
+  const uint64_t before = zero_copy_calls(b), kc_before = kernel_copy_calls(b);
   auto work = b.run(d);
   if (work->error()) std::rethrow_exception(work->error());
   *zero_copy = zero_copy_calls(b) == before + 1;
+  if (kernel_copy) *kernel_copy = kernel_copy_calls(b) == kc_before + 1;
   const uint8_t* result = cs.in_place ? a.data : r->data;
   const int64_t result_elems = cs.in_place ? std::max(send_elems, recv_elems) : recv_elems;
   return Bytes(result, result + result_elems * es);
@@ -242,6 +248,152 @@ TEST_P(ShmZeroCopyProcesses, SameBitsAsSlotPathForEveryKindAndSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyProcesses, ::testing::Values(1, 2, 3, 4));
+
+// ---- kernel copy (process_vm_readv / writev; docs/shm.md, "Kernel copy") ----
+
+ShmOptions kernel_copy_options() {
+  ShmOptions o = test_options();
+  o.kernel_copy_bytes = 1;  // every non-empty call (all_reduce: from 2 bytes)
+  return o;
+}
+
+// Whether rank `me` must have copied through the kernel: it reads a peer's buffer that lies
+// outside that peer's arena, or (in-place broadcast root) writes its share into the peers.
+bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
+  if (n == 1 || cs.count == 0) return false;
+  const int root = n - 1;
+  auto outside = [&](int p) {
+    return placement == Placement::kOrdinary || (placement == Placement::kMixed && p == n - 1);
+  };
+  bool any_peer_outside = false;
+  for (int p = 0; p < n; ++p) any_peer_outside |= p != me && outside(p);
+  switch (cs.kind) {
+    case CollectiveKind::kAllReduce:
+    case CollectiveKind::kAllGather:
+    case CollectiveKind::kReduceScatter:
+      return any_peer_outside;
+    case CollectiveKind::kReduce:
+    case CollectiveKind::kGather:
+      return me == root && any_peer_outside;
+    case CollectiveKind::kBroadcast:
+      return me == root ? cs.in_place && cs.count >= n : outside(root);
+    default:
+      return false;
+  }
+}
+
+// Every case with the kernel copy on: ordinary, shared and mixed buffers all read in place,
+// with the bits of the slot path (a second backend with the kernel copy off, on ordinary
+// buffers), and exactly the ranks that read (or write) a buffer outside the arenas count a
+// kernel copy.
+void check_kernel_copy_grid(int me, int n, Backend& kc, Backend& slots) {
+  uint64_t seq = 0;
+  bool failed = false;
+  for (const Case& cs : all_cases()) {
+    ++seq;
+    bool zc = false, kcopy = false, staged_zc = false;
+    const Bytes reference = run_case(me, n, slots, cs, Placement::kOrdinary, seq, &staged_zc);
+    for (Placement pl : {Placement::kOrdinary, Placement::kShared, Placement::kMixed}) {
+      const Bytes got = run_case(me, n, kc, cs, pl, seq, &zc, &kcopy);
+      if (failed) continue;
+      const std::string what = case_name(cs, n) + ", rank " + std::to_string(me) + ", placement " +
+                               std::to_string(static_cast<int>(pl));
+      EXPECT_FALSE(staged_zc) << what;
+      EXPECT_TRUE(got == reference) << what << ": the kernel copy changed the bits";
+      EXPECT_EQ(zc, cs.count > 0) << what;
+      EXPECT_EQ(kcopy, expect_kernel_copy(cs, pl, me, n)) << what;
+      failed = got != reference || zc != (cs.count > 0) ||
+               kcopy != expect_kernel_copy(cs, pl, me, n) || staged_zc;
+    }
+  }
+}
+
+class ShmKernelCopyThreads : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmKernelCopyThreads, SameBitsAsSlotPathForEveryKindSizeAndPlacement) {
+  const int n = GetParam();
+  const std::string job = unique_job("kt");
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto kc = make_backend(me, size, store, job, kernel_copy_options());
+    auto slots = make_backend(me, size, store, job, test_options());
+    check_kernel_copy_grid(me, size, *kc, *slots);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_TRUE(leftovers(job).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmKernelCopyThreads, ::testing::Values(1, 2, 3, 4));
+
+class ShmKernelCopyProcesses : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmKernelCopyProcesses, SameBitsAsSlotPathForEveryKindSizeAndPlacement) {
+  const int n = GetParam();
+  const std::string job = unique_job("kp");
+  auto result = testing::run_processes(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto kc = make_backend(me, size, store, job, kernel_copy_options());
+    auto slots = make_backend(me, size, store, job, test_options());
+    check_kernel_copy_grid(me, size, *kc, *slots);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_TRUE(leftovers(job).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ShmKernelCopyProcesses, ::testing::Values(2, 3, 4));
+
+// A rank whose own kernel_copy_bytes is 0 does not offer its buffers: the first call falls back
+// to the slots on every rank (right bits), and the group stops trying from then on.
+TEST(ShmKernelCopy, OneRankOptingOutTurnsItOffForTheGroup) {
+  const std::string job = unique_job("ko");
+  const int64_t count = 100003;
+  auto result = testing::run_processes(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    ShmOptions o = kernel_copy_options();
+    if (me == 1) o.kernel_copy_bytes = 0;
+    auto b = make_backend(me, size, store, job, o);
+    std::vector<int64_t> x(count);
+    for (int call = 0; call < 3; ++call) {
+      for (int64_t i = 0; i < count; ++i) x[i] = i * (me + 1) + call;
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kAllReduce;
+      d.dtype = DType::kI64;
+      d.count = count;
+      d.send = d.recv = x.data();
+      d.seq = static_cast<uint64_t>(call + 1);
+      ASSERT_EQ(b->run(d)->error(), nullptr);
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(x[i], i * 6 + 3 * call) << "call " << call << ", element " << i;
+      }
+    }
+    EXPECT_EQ(zero_copy_calls(*b), 0u);
+    EXPECT_EQ(kernel_copy_calls(*b), 0u);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// The default options read ordinary buffers of a large all_gather in place (where the kernel
+// allows process_vm_readv, as on the machines the suite runs on), and the result is exact.
+TEST(ShmKernelCopy, DefaultOptionsUseItForLargeOrdinaryBuffers) {
+  const std::string job = unique_job("kd");
+  const int64_t count = (int64_t{2} << 20) / 4;  // 2 MiB of i32 per rank
+  auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    std::vector<int32_t> in(count), out(size * count, -1);
+    for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 3 + me);
+    CollectiveDesc d;
+    d.kind = CollectiveKind::kAllGather;
+    d.dtype = DType::kI32;
+    d.count = count;
+    d.send = in.data();
+    d.recv = out.data();
+    ASSERT_EQ(b->run(d)->error(), nullptr);
+    EXPECT_EQ(kernel_copy_calls(*b), 1u);
+    for (int p = 0; p < size; ++p) {
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(out[p * count + i], static_cast<int32_t>(i * 3 + p)) << p << " " << i;
+      }
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
 
 // An independent check of the zero-copy all_reduce: integer sums are exact.
 TEST(ShmZeroCopy, AllReduceIntegerSumMatchesClosedForm) {
