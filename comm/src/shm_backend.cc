@@ -304,6 +304,7 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
       const uint32_t aborted = seg_->control(p).aborted.load(std::memory_order_acquire);
       if (p != me_ && aborted != 0) {
         if (reached(word.load(std::memory_order_acquire))) return;  // as below, for an exit
+        fail_if_a_peer_exited(c);  // name the cause, not the rank that saw it first
         fail_wait(c, ErrorKind::kPeerLost,
                   "group rank " + std::to_string(p) + " (world rank " +
                       std::to_string(context_.global_ranks[p]) + ") left the group after a " +
@@ -332,6 +333,20 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
       futex_wait(word, v, std::min(kSlice, left + std::chrono::milliseconds(1)));
     }
     waiters.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+void ShmGroup::fail_if_a_peer_exited(Call& c) {
+  for (int p = 0; p < n_; ++p) {
+    // A rank that left after an error may have exited since: the cause is one that did not.
+    if (p == me_ || seg_->control(p).aborted.load(std::memory_order_acquire) != 0) continue;
+    const int32_t pid = seg_->control(p).pid.load(std::memory_order_acquire);
+    if (!watch_.alive(p, pid)) {
+      fail_wait(c, ErrorKind::kPeerLost,
+                "the process of group rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
+                    ") has exited",
+                {p});
+    }
   }
 }
 

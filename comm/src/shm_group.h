@@ -106,6 +106,9 @@ class ShmGroup final : public Backend {
   void wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters,
                      uint32_t target);
   void wait_all(Call& c, uint32_t target);
+  // Throws kPeerLost naming the first peer whose process has exited without leaving the group
+  // after an error (the cause of a failure others saw first), if any.
+  void fail_if_a_peer_exited(Call& c);
   [[noreturn]] void fail_wait(Call& c, ErrorKind kind, const std::string& why,
                               const std::vector<int>& missing);
   std::string describe_call(const Call& c) const;
@@ -220,6 +223,8 @@ class ShmGroup final : public Backend {
   // errors name the peer (a peer that exited: kPeerLost).
   void kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* mine,
                    bool write);
+  [[noreturn]] void kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64_t bytes,
+                                       int err);
   bool tries_kernel_copy(const Call& c) const;
   // Whether this process may read its peers' memory with process_vm_readv (Note [Kernel copy]).
   static bool kernel_copy_works();

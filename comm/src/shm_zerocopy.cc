@@ -14,9 +14,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include "braid/kernels/cpu.h"
 #include "fold.h"
@@ -122,17 +124,37 @@ void ShmGroup::kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t by
     }
     const int err = got < 0 ? errno : EIO;
     if (err == EINTR) continue;
-    const std::string what = "shm: " + describe_call(c) + ": " +
-                             (write ? "process_vm_writev" : "process_vm_readv") + " of " +
-                             std::to_string(bytes - done) + " bytes " + (write ? "to" : "from") +
-                             " group rank " + std::to_string(p) + " (world rank " +
-                             std::to_string(context_.global_ranks[p]) + ", pid " +
-                             std::to_string(pid) + ") failed: " + std::strerror(err);
-    BRAID_CHECK(err != ESRCH, kPeerLost, what, " (the process has exited)");
-    BRAID_FAIL(kNotSupported, what,
-               "; expected to read the peer's buffer directly (docs/shm.md, \"Kernel copy\"); "
-               "BRAID_SHM_KERNEL_COPY_BYTES=0 stages every message through shared memory instead");
+    kernel_copy_failed(c, p, pid, write, bytes - done, err);
   }
+}
+
+// A peer that is exiting fails the copy (ESRCH, or EFAULT once its memory is gone) a moment
+// before it is seen dead: wait up to a second for that, so that the error is the usual peer
+// lost (naming the missing rank, as every wait's) rather than a failed system call.
+void ShmGroup::kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64_t bytes, int err) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (true) {
+    fail_if_a_peer_exited(c);
+    const uint32_t aborted = seg_->control(p).aborted.load(std::memory_order_acquire);
+    if (aborted != 0) {
+      fail_wait(c, ErrorKind::kPeerLost,
+                "group rank " + std::to_string(p) + " (world rank " +
+                    std::to_string(context_.global_ranks[p]) + ") left the group after a " +
+                    std::string(to_string(static_cast<ErrorKind>(aborted - 1))) + " error",
+                {p});
+    }
+    if (std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const std::string what =
+      "shm: " + describe_call(c) + ": " + (write ? "process_vm_writev" : "process_vm_readv") +
+      " of " + std::to_string(bytes) + " bytes " + (write ? "to" : "from") + " group rank " +
+      std::to_string(p) + " (world rank " + std::to_string(context_.global_ranks[p]) + ", pid " +
+      std::to_string(pid) + ") failed: " + std::strerror(err);
+  BRAID_CHECK(err != EPERM && err != ENOSYS, kNotSupported, what,
+              "; expected to read the peer's buffer directly (docs/shm.md, \"Kernel copy\"); "
+              "BRAID_SHM_KERNEL_COPY_BYTES=0 stages every message through shared memory instead");
+  BRAID_FAIL(kInternal, what, " (the peer is alive: its buffer is not where it said)");
 }
 
 // Note [Zero-copy decision]
@@ -145,14 +167,18 @@ void ShmGroup::kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t by
 // path runs from there; none does, and the slot path goes on; some do, and the slot path
 // starts again (one wasted step, only when ranks mix arena and other buffers).
 // Whether call c tries the kernel copy: decided from the call, rank 0's header and the group's
-// history alone, so every rank decides alike. all_reduce takes it from twice the threshold: its
-// zero-copy form has three steps where the one-shot slot path has one (2 ranks, 1 MiB in place:
-// 10.7 GB/s staged, 7.7 kernel-copied; from 2 MiB on the kernel copy is ahead).
+// history alone, so every rank decides alike. all_reduce takes it from kKernelCopyAllReduceBytes
+// at the least: its zero-copy form has three steps where the one-shot slot path has one (2
+// ranks in place: 10.8 against 6.9-7.5 GB/s at 256 KiB and 1 MiB staged and kernel-copied, a tie
+// at 2 MiB, 8.8 against 12.2 at 4 MiB; docs/performance.md).
 bool ShmGroup::tries_kernel_copy(const Call& c) const {
+  constexpr uint64_t kKernelCopyAllReduceBytes = uint64_t{2} << 20;
   const uint64_t threshold = seg_->header().kernel_copy_bytes;
   if (threshold == 0 || kernel_copy_off_) return false;
   const uint64_t bytes = static_cast<uint64_t>(c.desc.count) * dtype_size(c.desc.dtype);
-  return bytes >= (c.desc.kind == CollectiveKind::kAllReduce ? 2 * threshold : threshold);
+  return bytes >= (c.desc.kind == CollectiveKind::kAllReduce
+                       ? std::max(threshold, kKernelCopyAllReduceBytes)
+                       : threshold);
 }
 
 void ShmGroup::zero_copy_candidate(Call& c) {

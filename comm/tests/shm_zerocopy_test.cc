@@ -14,6 +14,7 @@
 #include "../src/shm_backend.h"
 #include "../src/shm_group.h"
 #include "braid/comm/shared_tensor.h"
+#include "braid/core/environment.h"
 #include "comm_test_util.h"
 
 namespace braid {
@@ -78,6 +79,8 @@ struct Case {
 enum class Placement { kOrdinary, kShared, kMixed };  // kMixed: the root rank (n-1) ordinary
 
 constexpr int64_t kBig = (int64_t{1} << 20) / 4 + 3;  // 1 MiB of f32 + 3 elements
+// An all_reduce large enough for the kernel copy (which it takes from 2 MiB).
+constexpr int64_t kBigAllReduce = (int64_t{2} << 20) / 4 + 5;
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -94,6 +97,10 @@ std::vector<Case> all_cases() {
         cases.push_back({kind, DType::kF64, ReduceOp::kPremulSum, count, in_place});
       }
     }
+  }
+  for (bool in_place : {false, true}) {
+    cases.push_back(
+        {CollectiveKind::kAllReduce, DType::kF32, ReduceOp::kSum, kBigAllReduce, in_place});
   }
   return cases;
 }
@@ -253,14 +260,28 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyProcesses, ::testing::Values(1, 2, 3,
 
 ShmOptions kernel_copy_options() {
   ShmOptions o = test_options();
-  o.kernel_copy_bytes = 1;  // every non-empty call (all_reduce: from 2 bytes)
+  o.kernel_copy_bytes = 1;  // every non-empty call (all_reduce: from 2 MiB)
   return o;
+}
+
+// Whether the call tries the kernel copy with kernel_copy_options(): every non-empty call, but
+// all_reduce only from 2 MiB.
+bool tries_kernel_copy(const Case& cs) {
+  const int64_t bytes = cs.count * static_cast<int64_t>(dtype_size(cs.dtype));
+  return cs.count > 0 && (cs.kind != CollectiveKind::kAllReduce || bytes >= (int64_t{2} << 20));
+}
+
+// Whether the call reads in place with kernel_copy_options(): when it tries the kernel copy, and
+// otherwise (small all_reduce) only when every buffer lies in an arena.
+bool expect_zero_copy(const Case& cs, Placement placement) {
+  if (cs.count == 0) return false;
+  return tries_kernel_copy(cs) || placement == Placement::kShared;
 }
 
 // Whether rank `me` must have copied through the kernel: it reads a peer's buffer that lies
 // outside that peer's arena, or (in-place broadcast root) writes its share into the peers.
 bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
-  if (n == 1 || cs.count == 0) return false;
+  if (n == 1 || !tries_kernel_copy(cs)) return false;
   const int root = n - 1;
   auto outside = [&](int p) {
     return placement == Placement::kOrdinary || (placement == Placement::kMixed && p == n - 1);
@@ -282,10 +303,10 @@ bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
   }
 }
 
-// Every case with the kernel copy on: ordinary, shared and mixed buffers all read in place,
-// with the bits of the slot path (a second backend with the kernel copy off, on ordinary
-// buffers), and exactly the ranks that read (or write) a buffer outside the arenas count a
-// kernel copy.
+// Every case with the kernel copy on: ordinary, shared and mixed buffers all read in place
+// (small all_reduce: shared ones only), with the bits of the slot path (a second backend with the
+// kernel copy off, on ordinary buffers), and exactly the ranks that read (or write) a buffer
+// outside the arenas count a kernel copy.
 void check_kernel_copy_grid(int me, int n, Backend& kc, Backend& slots) {
   uint64_t seq = 0;
   bool failed = false;
@@ -300,9 +321,9 @@ void check_kernel_copy_grid(int me, int n, Backend& kc, Backend& slots) {
                                std::to_string(static_cast<int>(pl));
       EXPECT_FALSE(staged_zc) << what;
       EXPECT_TRUE(got == reference) << what << ": the kernel copy changed the bits";
-      EXPECT_EQ(zc, cs.count > 0) << what;
+      EXPECT_EQ(zc, expect_zero_copy(cs, pl)) << what;
       EXPECT_EQ(kcopy, expect_kernel_copy(cs, pl, me, n)) << what;
-      failed = got != reference || zc != (cs.count > 0) ||
+      failed = got != reference || zc != expect_zero_copy(cs, pl) ||
                kcopy != expect_kernel_copy(cs, pl, me, n) || staged_zc;
     }
   }
@@ -344,7 +365,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, ShmKernelCopyProcesses, ::testing::Values(2, 3, 
 // to the slots on every rank (right bits), and the group stops trying from then on.
 TEST(ShmKernelCopy, OneRankOptingOutTurnsItOffForTheGroup) {
   const std::string job = unique_job("ko");
-  const int64_t count = 100003;
+  const int64_t count = 300007;  // 2.4 MB: all_reduce tries the kernel copy from 2 MiB
   auto result = testing::run_processes(3, [&](int me, int size, std::shared_ptr<Store> store) {
     ShmOptions o = kernel_copy_options();
     if (me == 1) o.kernel_copy_bytes = 0;
@@ -521,6 +542,8 @@ TEST(ShmArena, NoArenaMeansNoSharedAllocation) {
 // ---- empty_shared on ProcessGroup ----
 
 TEST(EmptyShared, CollectivesOnSharedTensorsMatchOrdinaryOnes) {
+  // Only the shared tensors may read in place here (the kernel copy would read ordinary ones).
+  PatchEnvironment env{{"BRAID_SHM_KERNEL_COPY_BYTES", "0"}};
   auto result = testing::run_threads(3, [](int me, int size, std::shared_ptr<Store> store) {
     auto pg = testing::make_group(me, size, store);
     const Shape shape = {257, 129};
