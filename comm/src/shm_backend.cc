@@ -134,11 +134,12 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                              std::to_string(context_.global_ranks[0]) + "x" + std::to_string(n_) +
                              "-" + std::to_string(getpid()) + "-" +
                              std::to_string(g_segment_counter.fetch_add(1));
-    SegmentConfig config{options.slot_bytes,       options.mailbox_bytes,
-                         options.oneshot_bytes,    static_cast<uint32_t>(options.algo),
-                         options.arena_bytes,      options.zerocopy_bytes,
-                         options.chunk_bytes,      options.nontemporal_bytes,
-                         options.kernel_copy_bytes};
+    SegmentConfig config{options.slot_bytes, options.mailbox_bytes, options.oneshot_bytes,
+                         static_cast<uint32_t>(options.algo), options.arena_bytes,
+                         options.zerocopy_bytes, options.chunk_bytes, options.nontemporal_bytes,
+                         options.kernel_copy_bytes,
+                         // Note [Kernel copy]: ranks that share CPUs stage large results.
+                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {

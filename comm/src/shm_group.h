@@ -74,6 +74,10 @@ struct Call {
   bool stop() const { return zc_taken || zc_repeat; }
 };
 
+// The largest result (bytes a rank writes) read with the kernel copy when the group has more
+// ranks than rank 0 has CPUs (Note [Kernel copy]).
+inline constexpr uint64_t kKernelCopyLimitShared = uint64_t{32} << 20;
+
 // Steps to move `elems` in chunks of `chunk`; at least one, so every call meets the check.
 inline int64_t steps_for(int64_t elems, int64_t chunk) {
   return std::max<int64_t>(1, (elems + chunk - 1) / chunk);

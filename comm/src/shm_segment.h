@@ -34,6 +34,7 @@ struct alignas(64) SegmentHeader {
   uint64_t chunk_bytes = 0;         // most bytes of a message per pipelined step
   uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
   uint64_t kernel_copy_bytes = 0;   // smallest message read from peers by process_vm_readv (0: off)
+  uint64_t kernel_copy_limit = 0;   // largest result a rank writes with it (0: no limit)
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -109,6 +110,7 @@ struct SegmentConfig {
   uint64_t chunk_bytes = 0;
   uint64_t nontemporal_bytes = 0;
   uint64_t kernel_copy_bytes = 0;
+  uint64_t kernel_copy_limit = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

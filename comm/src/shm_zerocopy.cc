@@ -41,6 +41,12 @@ namespace braid::shm {
 // read their own process the same way. A read that fails later (a peer that exited: peer lost;
 // anything else, e.g. a security policy that allows a process to read itself but not its peers)
 // is an error naming the peer; BRAID_SHM_KERNEL_COPY_BYTES=0 turns the path off.
+//
+// Where the group has more ranks than rank 0 has CPUs, results of more than
+// kKernelCopyLimitShared stay on the slots: there the staged path's streaming stores and
+// cache-sized steps beat a long kernel copy per rank (4 ranks on 2 vCPUs, 64 MiB all_gather:
+// 3.5-3.9 GB/s staged against 3.0-3.3, broadcast 4.6-5.0 against 3.7-4.0; at 16 MiB the kernel
+// copy is ahead; docs/performance.md).
 bool ShmGroup::kernel_copy_works() {
   // Yama's ptrace_scope 1 lets a process read only its descendants unless the target names
   // its reader: allow any (as OpenMPI's vader does); scope 2 and 3 forbid it outright.
@@ -173,12 +179,16 @@ void ShmGroup::kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64
 // at 2 MiB, 8.8 against 12.2 at 4 MiB; docs/performance.md).
 bool ShmGroup::tries_kernel_copy(const Call& c) const {
   constexpr uint64_t kKernelCopyAllReduceBytes = uint64_t{2} << 20;
-  const uint64_t threshold = seg_->header().kernel_copy_bytes;
+  const SegmentHeader& h = seg_->header();
+  const uint64_t threshold = h.kernel_copy_bytes;
   if (threshold == 0 || kernel_copy_off_) return false;
+  const CollectiveKind k = c.desc.kind;
   const uint64_t bytes = static_cast<uint64_t>(c.desc.count) * dtype_size(c.desc.dtype);
-  return bytes >= (c.desc.kind == CollectiveKind::kAllReduce
-                       ? std::max(threshold, kKernelCopyAllReduceBytes)
-                       : threshold);
+  const bool gathers = k == CollectiveKind::kAllGather || k == CollectiveKind::kGather;
+  const uint64_t result = gathers ? bytes * static_cast<uint64_t>(n_) : bytes;
+  if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit) return false;
+  return bytes >= (k == CollectiveKind::kAllReduce ? std::max(threshold, kKernelCopyAllReduceBytes)
+                                                   : threshold);
 }
 
 void ShmGroup::zero_copy_candidate(Call& c) {

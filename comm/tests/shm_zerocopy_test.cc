@@ -13,6 +13,7 @@
 
 #include "../src/shm_backend.h"
 #include "../src/shm_group.h"
+#include "../src/wait_policy.h"
 #include "braid/comm/shared_tensor.h"
 #include "braid/core/environment.h"
 #include "comm_test_util.h"
@@ -410,6 +411,39 @@ TEST(ShmKernelCopy, DefaultOptionsUseItForLargeOrdinaryBuffers) {
     for (int p = 0; p < size; ++p) {
       for (int64_t i = 0; i < count; ++i) {
         ASSERT_EQ(out[p * count + i], static_cast<int32_t>(i * 3 + p)) << p << " " << i;
+      }
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// With more ranks than CPUs a result above kKernelCopyLimitShared stays on the slots; just below
+// it the kernel copy runs. Both exact.
+TEST(ShmKernelCopy, RanksSharingCpusStageResultsAboveTheLimit) {
+  const int n = usable_cpus() + 1;
+  if (n > 8) GTEST_SKIP() << "needs at most 7 usable CPUs (has " << usable_cpus() << ")";
+  const std::string job = unique_job("kl");
+  const uint64_t limit = shm::kKernelCopyLimitShared;
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    for (const uint64_t result_bytes :
+         {limit - 4096 * uint64_t(size), limit + 4096 * uint64_t(size)}) {
+      const int64_t count = static_cast<int64_t>(result_bytes / 4 / size);
+      std::vector<int32_t> in(count), out(size * count, -1);
+      for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 7 + me);
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kAllGather;
+      d.dtype = DType::kI32;
+      d.count = count;
+      d.send = in.data();
+      d.recv = out.data();
+      const uint64_t before = kernel_copy_calls(*b);
+      ASSERT_EQ(b->run(d)->error(), nullptr);
+      EXPECT_EQ(kernel_copy_calls(*b) - before, result_bytes <= limit ? 1u : 0u) << result_bytes;
+      for (int p = 0; p < size; ++p) {
+        for (int64_t i = 0; i < count; i += 997) {
+          ASSERT_EQ(out[p * count + i], static_cast<int32_t>(i * 7 + p)) << p << " " << i;
+        }
       }
     }
   });
