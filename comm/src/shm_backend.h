@@ -41,7 +41,7 @@ struct ShmOptions {
   // Smallest message (bytes per rank) for which ranks read each other's ordinary buffers
   // directly with process_vm_readv instead of staging them (BRAID_SHM_KERNEL_COPY_BYTES; 0:
   // never; docs/shm.md, "Kernel copy").
-  uint64_t kernel_copy_bytes = uint64_t{64} << 10;
+  uint64_t kernel_copy_bytes = uint64_t{32} << 10;
 };
 
 // The options from the environment (defaults above). Throws kInvalidArgument naming the
