@@ -3,6 +3,7 @@
 // liveness), the step protocol's cross-rank check, error handling, and the options / registration
 // entry points (docs/shm.md).
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -62,6 +63,12 @@ std::string safe_name_part(const std::string& text) {
 }
 
 std::atomic<uint64_t> g_segment_counter{0};
+
+// The inode of this process's pid namespace, 0 when it cannot be read.
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
 
 }  // namespace
 
@@ -147,6 +154,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
     const std::vector<uint8_t> value = store.get(key, timeout);
     seg_ = Segment::open(std::string(value.begin(), value.end()), n_);
   }
+  seg_->control(me_).pid_ns.store(pid_namespace(), std::memory_order_relaxed);
   seg_->control(me_).pid.store(getpid(), std::memory_order_release);
   seg_->mark_mapped();
   const uint64_t slot = seg_->header().slot_bytes;

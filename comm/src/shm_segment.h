@@ -82,6 +82,9 @@ struct alignas(64) ControlBlock {
   StepLine step[2];
   std::atomic<uint32_t> aborted{0};  // 1 + ErrorKind once this rank left after an error
   std::atomic<int32_t> pid{0};
+  // The inode of this rank's pid namespace (0: unknown): pids name the same process for two
+  // ranks only when theirs are equal (Note [Kernel copy]).
+  std::atomic<uint64_t> pid_ns{0};
   CallWords call[2];
 };
 

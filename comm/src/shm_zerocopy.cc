@@ -38,7 +38,9 @@ namespace braid::shm {
 // chunks into a scratch buffer first. If some rank could not offer, every rank sees it in the
 // same published words, the slot path starts again, and the group stops trying for later calls
 // (every rank sets kernel_copy_off_ at the same call). Ranks that are threads of one process
-// read their own process the same way. A read that fails later (a peer that exited: peer lost;
+// read their own process the same way. Ranks in different pid namespaces (containers that share
+// /dev/shm but not their pids) never take the path: each rank's namespace is in its control
+// block. A read that fails later (a peer that exited: peer lost;
 // anything else, e.g. a security policy that allows a process to read itself but not its peers)
 // is an error naming the peer; BRAID_SHM_KERNEL_COPY_BYTES=0 turns the path off.
 //
@@ -216,8 +218,14 @@ void ShmGroup::zero_copy_candidate(Call& c) {
 
 bool ShmGroup::resolve_zero_copy(Call& c) {
   if (tries_kernel_copy(c)) {
-    c.kc_all = true;
-    for (int p = 0; p < n_; ++p) c.kc_all &= call_words(p, c).kernel_copy.load() != 0;
+    // Every rank offered, and every pid names the same process for every rank (one pid
+    // namespace): ranks in containers of their own but one /dev/shm must not read a stranger.
+    const uint64_t ns = seg_->control(0).pid_ns.load(std::memory_order_relaxed);
+    c.kc_all = ns != 0;
+    for (int p = 0; p < n_; ++p) {
+      c.kc_all &= call_words(p, c).kernel_copy.load() != 0 &&
+                  seg_->control(p).pid_ns.load(std::memory_order_relaxed) == ns;
+    }
     kernel_copy_off_ = !c.kc_all;  // every rank reads the same words: all stop together
   }
   if (zero_copy_eligible(c)) {

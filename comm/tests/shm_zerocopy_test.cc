@@ -5,6 +5,8 @@
 // the arena's allocate / release reuse, alignment and the full-arena error; empty_shared on
 // ProcessGroup and its fallback; no /dev/shm leftovers.
 #include <dirent.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -448,6 +450,57 @@ TEST(ShmKernelCopy, RanksSharingCpusStageResultsAboveTheLimit) {
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// Whether this process may make a pid namespace (root, or a user namespace that allows it).
+bool can_unshare_pid_namespace() {
+  const pid_t probe = ::fork();
+  if (probe == 0) _exit(::unshare(CLONE_NEWPID) == 0 ? 0 : 1);
+  int status = 0;
+  ::waitpid(probe, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// A rank in a pid namespace of its own (a container sharing /dev/shm but not pids) publishes a
+// pid that names another process for its peer: the group must stage, never read that pid.
+TEST(ShmKernelCopy, RanksInDifferentPidNamespacesStage) {
+  if (!can_unshare_pid_namespace()) GTEST_SKIP() << "cannot create a pid namespace here";
+  const std::string job = unique_job("kn");
+  const int64_t count = (int64_t{1} << 20) / 4;
+  auto run = [&](int me, int size, Store& store_ref, std::shared_ptr<Store> store) {
+    (void)store_ref;
+    auto b = make_backend(me, size, std::move(store), job, kernel_copy_options());
+    std::vector<int32_t> in(count), out(size * count, -1);
+    for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 5 + me);
+    CollectiveDesc d;
+    d.kind = CollectiveKind::kAllGather;
+    d.dtype = DType::kI32;
+    d.count = count;
+    d.send = in.data();
+    d.recv = out.data();
+    if (b->run(d)->error()) return false;
+    for (int p = 0; p < size; ++p) {
+      for (int64_t i = 0; i < count; ++i) {
+        if (out[p * count + i] != static_cast<int32_t>(i * 5 + p)) return false;
+      }
+    }
+    return kernel_copy_calls(*b) == 0;
+  };
+  auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    if (me == 0) {
+      EXPECT_TRUE(run(me, size, *store, store)) << "rank 0: wrong result or a kernel copy";
+      return;
+    }
+    ASSERT_EQ(::unshare(CLONE_NEWPID), 0);
+    const pid_t child = ::fork();  // the first child is pid 1 of the new namespace
+    if (child == 0) _exit(run(me, size, *store, store) ? 0 : 1);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "rank 1 (pid 1 of its namespace): wrong result or a kernel copy";
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_TRUE(leftovers(job).empty());
 }
 
 // An independent check of the zero-copy all_reduce: integer sums are exact.
