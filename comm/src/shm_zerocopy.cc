@@ -40,9 +40,9 @@ namespace braid::shm {
 // (every rank sets kernel_copy_off_ at the same call). Ranks that are threads of one process
 // read their own process the same way. Ranks in different pid namespaces (containers that share
 // /dev/shm but not their pids) never take the path: each rank's namespace is in its control
-// block. A read that fails later (a peer that exited: peer lost;
-// anything else, e.g. a security policy that allows a process to read itself but not its peers)
-// is an error naming the peer; BRAID_SHM_KERNEL_COPY_BYTES=0 turns the path off.
+// block. A copy that fails later is an error naming the peer: peer lost when the peer exited or
+// left after an error, not supported when the kernel refused (a security policy that lets a
+// process read itself but not its peers); BRAID_SHM_KERNEL_COPY_BYTES=0 turns the path off.
 //
 // Where the group has more ranks than rank 0 has CPUs, results of more than
 // kKernelCopyLimitShared stay on the slots: there the staged path's streaming stores and
@@ -160,7 +160,8 @@ void ShmGroup::kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64
       std::to_string(p) + " (world rank " + std::to_string(context_.global_ranks[p]) + ", pid " +
       std::to_string(pid) + ") failed: " + std::strerror(err);
   BRAID_CHECK(err != EPERM && err != ENOSYS, kNotSupported, what,
-              "; expected to read the peer's buffer directly (docs/shm.md, \"Kernel copy\"); "
+              "; expected the kernel to copy between the ranks' buffers (docs/shm.md, \"Kernel "
+              "copy\"); "
               "BRAID_SHM_KERNEL_COPY_BYTES=0 stages every message through shared memory instead");
   BRAID_FAIL(kInternal, what, " (the peer is alive: its buffer is not where it said)");
 }
