@@ -7,7 +7,6 @@
 #include <cstring>
 #include <optional>
 
-#include "braid/kernels/cpu.h"
 #include "fold.h"
 #include "shm_group.h"
 
@@ -16,17 +15,6 @@ namespace {
 
 void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) fast_copy(dst, src, static_cast<size_t>(bytes));
-}
-
-// Into the caller's result buffer: with streaming stores when the message is large (its lines
-// would only evict the areas the next steps need).
-void copy_out(void* dst, const void* src, int64_t bytes, bool stream) {
-  if (bytes <= 0 || dst == src) return;
-  if (stream) {
-    kernels::cpu::copy_nontemporal(dst, src, bytes);
-  } else {
-    fast_copy(dst, src, static_cast<size_t>(bytes));
-  }
 }
 
 const uint8_t* at(const void* base, int64_t elems, int64_t esize) {

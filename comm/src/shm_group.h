@@ -47,6 +47,8 @@
 
 #include "braid/comm/backend.h"
 #include "braid/core/error.h"
+#include "braid/kernels/cpu.h"
+#include "fold.h"
 #include "shm_backend.h"
 #include "shm_segment.h"
 
@@ -69,14 +71,27 @@ struct Call {
   bool zc_repeat = false;     // some ranks staged nothing but not all qualify: start again
   // Note [Kernel copy] (shm_zerocopy.cc): this rank offers its buffers to process_vm_readv,
   // and (after the first step) every rank does.
+  bool kc_tried = false;  // tries_kernel_copy(), decided once at the call's start
   bool kc_mine = false;
   bool kc_all = false;
+  bool kc_used = false;  // this rank copied through the kernel in this call
   bool stop() const { return zc_taken || zc_repeat; }
 };
 
 // The largest result (bytes a rank writes) read with the kernel copy when the group has more
 // ranks than rank 0 has CPUs (Note [Kernel copy]).
 inline constexpr uint64_t kKernelCopyLimitShared = uint64_t{32} << 20;
+
+// Into the caller's result buffer: with streaming stores when the message is large (its lines
+// would only evict the areas the next steps need).
+inline void copy_out(void* dst, const void* src, int64_t bytes, bool stream) {
+  if (bytes <= 0 || dst == src) return;
+  if (stream) {
+    kernels::cpu::copy_nontemporal(dst, src, bytes);
+  } else {
+    fast_copy(dst, src, static_cast<size_t>(bytes));
+  }
+}
 
 // Steps to move `elems` in chunks of `chunk`; at least one, so every call meets the check.
 inline int64_t steps_for(int64_t elems, int64_t chunk) {
@@ -261,7 +276,6 @@ class ShmGroup final : public Backend {
   std::atomic<uint64_t> kernel_copy_calls_{0};
   bool kernel_copy_able_ = false;        // kernel_copy_works(), when the group enables it
   bool kernel_copy_off_ = false;         // a rank could not offer it: the group stops trying
-  bool kernel_copy_used_ = false;        // the current call read a peer with process_vm_readv
   std::vector<uint8_t> peer_scratch_;    // kernel-copied chunks of peers' buffers for a fold
   std::mutex arena_mu_;                  // allocate / release may come from any thread
   std::map<uint64_t, uint64_t> free_;    // offset -> bytes, coalesced

@@ -20,7 +20,6 @@
 #include <optional>
 #include <thread>
 
-#include "braid/kernels/cpu.h"
 #include "fold.h"
 #include "shm_group.h"
 
@@ -96,13 +95,8 @@ const uint8_t* ShmGroup::peer_buffer(const Call& c, int p, bool recv) const {
 void ShmGroup::read_peer(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* dst) {
   if (bytes <= 0) return;
   if (const uint8_t* src = peer_buffer(c, p, recv)) {
-    if (dst == src + offset) return;
     // A large result is written with streaming stores, as the slot path's (docs/shm.md).
-    if (bytes >= static_cast<int64_t>(seg_->header().nontemporal_bytes)) {
-      kernels::cpu::copy_nontemporal(dst, src + offset, bytes);
-    } else {
-      std::memmove(dst, src + offset, static_cast<size_t>(bytes));
-    }
+    copy_out(dst, src + offset, bytes, bytes >= int64_t(seg_->header().nontemporal_bytes));
     return;
   }
   kernel_copy(c, p, recv, offset, bytes, dst, false);
@@ -114,7 +108,7 @@ void ShmGroup::write_peer(Call& c, int p, int64_t offset, int64_t bytes, const v
 
 void ShmGroup::kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* mine,
                            bool write) {
-  kernel_copy_used_ = true;
+  c.kc_used = true;
   const CallWords& w = call_words(p, c);
   const uint64_t base = (recv ? w.recv_addr : w.send_addr).load(std::memory_order_relaxed);
   const pid_t pid = seg_->control(p).pid.load(std::memory_order_acquire);
@@ -202,14 +196,14 @@ void ShmGroup::zero_copy_candidate(Call& c) {
   // Decided from the call, rank 0's header and the group's history alone: every rank takes
   // these branches alike.
   const bool arena = h.arena_bytes != 0 && bytes >= static_cast<int64_t>(h.zerocopy_bytes);
-  const bool kernel = tries_kernel_copy(c);
-  if (d.count <= 0 || (!arena && !kernel)) return;
+  c.kc_tried = tries_kernel_copy(c);
+  if (d.count <= 0 || (!arena && !c.kc_tried)) return;
   const int64_t send_bytes = d.kind == CollectiveKind::kReduceScatter ? n_ * bytes : bytes;
   if (arena) {
     c.send_off = arena_offset(d.send, send_bytes);
     if (d.kind == CollectiveKind::kAllReduce) c.recv_off = arena_offset(d.recv, bytes);
   }
-  c.kc_mine = kernel && kernel_copy_able_;
+  c.kc_mine = c.kc_tried && kernel_copy_able_;
   c.zc_candidate = true;
   const bool root_only = d.kind == CollectiveKind::kBroadcast;
   const bool mine_in_arena =
@@ -218,7 +212,7 @@ void ShmGroup::zero_copy_candidate(Call& c) {
 }
 
 bool ShmGroup::resolve_zero_copy(Call& c) {
-  if (tries_kernel_copy(c)) {
+  if (c.kc_tried) {
     // Every rank offered, and every pid names the same process for every rank (one pid
     // namespace): ranks in containers of their own but one /dev/shm must not read a stranger.
     const uint64_t ns = seg_->control(0).pid_ns.load(std::memory_order_relaxed);
@@ -230,7 +224,6 @@ bool ShmGroup::resolve_zero_copy(Call& c) {
     kernel_copy_off_ = !c.kc_all;  // every rank reads the same words: all stop together
   }
   if (zero_copy_eligible(c)) {
-    kernel_copy_used_ = false;
     zero_copy_first(c);
     c.zc_taken = true;
     return true;
@@ -255,7 +248,7 @@ void ShmGroup::finish_zero_copy(Call& c) {
   step(
       c, 0, [] {}, [] {});
   zero_copy_calls_.fetch_add(1, std::memory_order_relaxed);
-  if (kernel_copy_used_) kernel_copy_calls_.fetch_add(1, std::memory_order_relaxed);
+  if (c.kc_used) kernel_copy_calls_.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The one step of broadcast / all_gather / gather / reduce / reduce_scatter, and step A of

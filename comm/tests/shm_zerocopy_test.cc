@@ -11,7 +11,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <tuple>
 
 #include "../src/shm_backend.h"
 #include "../src/shm_group.h"
@@ -228,36 +230,35 @@ void check_grid(int me, int n, Backend& b) {
   }
 }
 
-class ShmZeroCopyThreads : public ::testing::TestWithParam<int> {};
-
-TEST_P(ShmZeroCopyThreads, SameBitsAsSlotPathForEveryKindAndSize) {
-  const int n = GetParam();
-  const std::string job = unique_job("t");
-  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
-    auto b = make_backend(me, size, store, job, test_options());
-    ASSERT_TRUE(b->capabilities().can_allocate_shared);
-    check_grid(me, size, *b);
-  });
+// Runs `body` on n ranks, as threads or as forked processes, under a fresh job name; every rank
+// must pass and the job must leave nothing in /dev/shm.
+void expect_on_ranks(
+    bool processes, int n, const char* what,
+    const std::function<void(int, int, std::shared_ptr<Store>, const std::string&)>& body) {
+  const std::string job = unique_job(what);
+  const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
+    body(me, size, std::move(store), job);
+  };
+  auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);
   EXPECT_TRUE(result.ok()) << result.summary();
   EXPECT_TRUE(leftovers(job).empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyThreads, ::testing::Values(1, 2, 3, 4));
+// (processes, ranks)
+class ShmZeroCopyRanks : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
-class ShmZeroCopyProcesses : public ::testing::TestWithParam<int> {};
-
-TEST_P(ShmZeroCopyProcesses, SameBitsAsSlotPathForEveryKindAndSize) {
-  const int n = GetParam();
-  const std::string job = unique_job("p");
-  auto result = testing::run_processes(n, [&](int me, int size, std::shared_ptr<Store> store) {
-    auto b = make_backend(me, size, store, job, test_options());
-    check_grid(me, size, *b);
-  });
-  EXPECT_TRUE(result.ok()) << result.summary();
-  EXPECT_TRUE(leftovers(job).empty());
+TEST_P(ShmZeroCopyRanks, SameBitsAsSlotPathForEveryKindAndSize) {
+  const auto [processes, n] = GetParam();
+  expect_on_ranks(processes, n, "z",
+                  [](int me, int size, std::shared_ptr<Store> store, const std::string& job) {
+                    auto b = make_backend(me, size, store, job, test_options());
+                    ASSERT_TRUE(b->capabilities().can_allocate_shared);
+                    check_grid(me, size, *b);
+                  });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ShmZeroCopyProcesses, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmZeroCopyRanks,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4)));
 
 // ---- kernel copy (process_vm_readv / writev; docs/shm.md, "Kernel copy") ----
 
@@ -332,37 +333,20 @@ void check_kernel_copy_grid(int me, int n, Backend& kc, Backend& slots) {
   }
 }
 
-class ShmKernelCopyThreads : public ::testing::TestWithParam<int> {};
+class ShmKernelCopyRanks : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
-TEST_P(ShmKernelCopyThreads, SameBitsAsSlotPathForEveryKindSizeAndPlacement) {
-  const int n = GetParam();
-  const std::string job = unique_job("kt");
-  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
-    auto kc = make_backend(me, size, store, job, kernel_copy_options());
-    auto slots = make_backend(me, size, store, job, test_options());
-    check_kernel_copy_grid(me, size, *kc, *slots);
-  });
-  EXPECT_TRUE(result.ok()) << result.summary();
-  EXPECT_TRUE(leftovers(job).empty());
+TEST_P(ShmKernelCopyRanks, SameBitsAsSlotPathForEveryKindSizeAndPlacement) {
+  const auto [processes, n] = GetParam();
+  expect_on_ranks(processes, n, "k",
+                  [](int me, int size, std::shared_ptr<Store> store, const std::string& job) {
+                    auto kc = make_backend(me, size, store, job, kernel_copy_options());
+                    auto slots = make_backend(me, size, store, job, test_options());
+                    check_kernel_copy_grid(me, size, *kc, *slots);
+                  });
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, ShmKernelCopyThreads, ::testing::Values(1, 2, 3, 4));
-
-class ShmKernelCopyProcesses : public ::testing::TestWithParam<int> {};
-
-TEST_P(ShmKernelCopyProcesses, SameBitsAsSlotPathForEveryKindSizeAndPlacement) {
-  const int n = GetParam();
-  const std::string job = unique_job("kp");
-  auto result = testing::run_processes(n, [&](int me, int size, std::shared_ptr<Store> store) {
-    auto kc = make_backend(me, size, store, job, kernel_copy_options());
-    auto slots = make_backend(me, size, store, job, test_options());
-    check_kernel_copy_grid(me, size, *kc, *slots);
-  });
-  EXPECT_TRUE(result.ok()) << result.summary();
-  EXPECT_TRUE(leftovers(job).empty());
-}
-
-INSTANTIATE_TEST_SUITE_P(Ranks, ShmKernelCopyProcesses, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmKernelCopyRanks,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4)));
 
 // A rank whose own kernel_copy_bytes is 0 does not offer its buffers: the first call falls back
 // to the slots on every rank (right bits), and the group stops trying from then on.
@@ -467,8 +451,7 @@ TEST(ShmKernelCopy, RanksInDifferentPidNamespacesStage) {
   if (!can_unshare_pid_namespace()) GTEST_SKIP() << "cannot create a pid namespace here";
   const std::string job = unique_job("kn");
   const int64_t count = (int64_t{1} << 20) / 4;
-  auto run = [&](int me, int size, Store& store_ref, std::shared_ptr<Store> store) {
-    (void)store_ref;
+  auto run = [&](int me, int size, std::shared_ptr<Store> store) {
     auto b = make_backend(me, size, std::move(store), job, kernel_copy_options());
     std::vector<int32_t> in(count), out(size * count, -1);
     for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 5 + me);
@@ -488,12 +471,12 @@ TEST(ShmKernelCopy, RanksInDifferentPidNamespacesStage) {
   };
   auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
     if (me == 0) {
-      EXPECT_TRUE(run(me, size, *store, store)) << "rank 0: wrong result or a kernel copy";
+      EXPECT_TRUE(run(me, size, store)) << "rank 0: wrong result or a kernel copy";
       return;
     }
     ASSERT_EQ(::unshare(CLONE_NEWPID), 0);
     const pid_t child = ::fork();  // the first child is pid 1 of the new namespace
-    if (child == 0) _exit(run(me, size, *store, store) ? 0 : 1);
+    if (child == 0) _exit(run(me, size, store) ? 0 : 1);
     int status = 0;
     ::waitpid(child, &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
