@@ -26,11 +26,18 @@ void set_grads(std::vector<Parameter>& ps, int step, DType dtype = DType::kF32) 
   for (Parameter& p : ps) p.grad() = Tensor::randn(p.data().shape(), DType::kF32, &gen).to(dtype);
 }
 
+// A file in this process's own folder, which is removed when the process exits.
 std::filesystem::path temp_file(const std::string& name) {
-  auto dir =
-      std::filesystem::temp_directory_path() / ("braid_optim_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir / name;
+  static const struct Dir {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("braid_optim_test_" + std::to_string(::getpid()));
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir;
+  return dir.path / name;
 }
 
 TEST(Optimizer, Bf16ParametersKeepAnF32Master) {

@@ -4,10 +4,12 @@
 # node), and instead of ssh a plm_rsh_agent script that starts the remote orted with `ip netns
 # exec <that address's namespace>`. Each node also gets its own UTS namespace and hostname
 # (braid-node0, braid-node1): OpenMPI names its shared-memory (vader) segments after the
-# hostname, and the namespaces share /dev/shm, so two nodes both called after this machine would
-# map each other's segments. MPI's traffic is pointed at the veth: `--mca pml ob1 --mca btl
-# self,vader,tcp` (vader only between the ranks of one node), btl_tcp_if_include and
-# oob_tcp_if_include braid0. braid's store is served by rank 0 on node 0's veth address
+# hostname, so two nodes both called after this machine would map each other's segments. And
+# each its own mount namespace, with a private tmpfs on /dev/shm and a TMPDIR in the test's
+# folder: a killed node's vader segments and OpenMPI session folder then go with the node
+# instead of staying in the machine's /dev/shm and /tmp. MPI's traffic is pointed at the veth:
+# `--mca pml ob1 --mca btl self,vader,tcp` (vader only between the ranks of one node),
+# btl_tcp_if_include and oob_tcp_if_include braid0. braid's store is served by rank 0 on node 0's veth address
 # (MASTER_ADDR).
 #   run_netns_mpi.sh MPIRUN NPROC_PER_NODE EXPECT PROGRAM [ARGS...]
 # EXPECT: "ok" (mpirun exits 0, every rank prints "done"), or "kill-node1": once a rank of node 1
@@ -35,7 +37,7 @@ agent=$netns_tmp/agent.sh
 cat >"$agent" <<EOF
 #!/usr/bin/env bash
 # plm_rsh_agent: called as "agent HOST COMMAND..." (as ssh would be); runs the shell command
-# line COMMAND in HOST's namespace, under a hostname of its own.
+# line COMMAND in HOST's namespace, under a hostname, /dev/shm and TMPDIR of its own.
 host=\$1
 shift
 case \$host in
@@ -43,7 +45,9 @@ ${addr[0]}) ns=${ns[0]} name=braid-node0 ;;
 ${addr[1]}) ns=${ns[1]} name=braid-node1 ;;
 *) echo "netns agent: unknown host '\$host'" >&2; exit 1 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$name && \$*"
+exec ip netns exec "\$ns" unshare --uts --mount /bin/sh -c "hostname \$name &&
+  mount -t tmpfs braid-shm /dev/shm && mkdir -p $netns_tmp/\$name &&
+  export TMPDIR=$netns_tmp/\$name && \$*"
 EOF
 chmod +x "$agent"
 printf '%s slots=%d\n' "${addr[0]}" "$nproc" "${addr[1]}" "$nproc" >"$netns_tmp/hostfile"
@@ -56,8 +60,9 @@ deadline=$((BRAID_TIMEOUT + 30))
 raw=$netns_tmp/mpirun.out
 forward=()  # sanitizer settings of the test (ctest ENVIRONMENT) reach the ranks of both nodes
 for v in ASAN_OPTIONS UBSAN_OPTIONS; do [[ -n ${!v:-} ]] && forward+=(-x "$v"); done
-timeout -k 5 "$deadline" ip netns exec "${ns[0]}" unshare --uts \
-  /bin/sh -c 'hostname braid-node0 && exec "$@"' sh \
+timeout -k 5 "$deadline" ip netns exec "${ns[0]}" unshare --uts --mount /bin/sh -c \
+  'hostname braid-node0 && mount -t tmpfs braid-shm /dev/shm && mkdir -p "$0" &&
+  export TMPDIR="$0" && exec "$@"' "$netns_tmp/braid-node0" \
   "$mpirun" --allow-run-as-root --hostfile "$netns_tmp/hostfile" -np $((2 * nproc)) \
   --map-by slot --bind-to none --tag-output \
   --mca plm_rsh_agent "$agent" --mca pml ob1 --mca btl self,vader,tcp \
