@@ -6,7 +6,8 @@
 //   (c) stochastic rounding: the same bits on every level, always one of the two bf16
 //       neighbours, unbiased on average, words taken at rng_offset + i;
 //   (d) check_optim_step's errors name the field;
-//   (e) unscale_and_check_finite.
+//   (e) unscale_and_check_finite;
+//   (f) the prefetching SIMD loop against the scalar reference.
 #pragma GCC optimize("fp-contract=off")  // the transcription rounds after every operation
 
 #include <gmock/gmock.h>
@@ -21,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "../../core/tests/child_process.h"
 #include "braid/core/cpu_features.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "braid/core/float_types.h"
 #include "braid/core/rng.h"
@@ -366,6 +369,34 @@ TEST_P(OptimIsaTest, MatchesScalarOnRandomBitGradients) {
 INSTANTIATE_TEST_SUITE_P(OptimLevels, OptimIsaTest, ::testing::ValuesIn(testing::simd_isas()),
                          testing::isa_test_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(OptimIsaTest);
+
+// The SIMD loop with and without its prefetches (Note [Step prefetch] in optim.cc): the same
+// bits as the scalar reference either way. BRAID_OPTIM_PREFETCH is read once per process, so
+// each setting runs in a child; the sizes include tensors of several 512-element blocks.
+TEST(OptimPrefetch, OnAndOffMatchScalar) {
+  if (testing::simd_isas().empty()) GTEST_SKIP() << "no SIMD level on this CPU";
+  for (const char* setting : {"0", "1"}) {
+    PatchEnvironment env{{"BRAID_OPTIM_PREFETCH", setting}};
+    EXPECT_EQ(braid::testing::run_child_test("OptimPrefetchChild.MatchesScalar"),
+              braid::testing::kChildPassed)
+        << "BRAID_OPTIM_PREFETCH=" << setting;
+  }
+}
+
+TEST(OptimPrefetchChild, MatchesScalar) {
+  if (!braid::testing::in_child())
+    GTEST_SKIP() << "runs as a child of OptimPrefetch.OnAndOffMatchScalar";
+  uint32_t seed = 500;
+  for (const Algo& a : algos()) {
+    for (const Storage& s : storages()) {
+      Problem ref = make_problem(a, s, seed++), got = ref;
+      run_steps(ref, 2, false, [](Problem& p) { kernel_step_at(CpuIsa::kScalar, p); });
+      run_steps(got, 2, false, [](Problem& p) { kernel_step_at(cpu_max_isa(), p); });
+      EXPECT_EQ(first_difference(ref, got), "") << describe(a, s);
+    }
+  }
+  braid::testing::exit_child();
+}
 
 // ---- (b) the scalar reference against the formulas of optim.h ---------------------------------
 

@@ -73,6 +73,9 @@ struct OptimBlock {
   float* s0;
   float* s1;
   float* s2;
+  // Prefetch distance in elements for the SIMD loops (Note [Step prefetch], optim.cc); 0: none.
+  // The arrays continue past n (a block of a longer tensor) or the prefetch is a harmless no-op.
+  int64_t prefetch = 0;
 };
 
 // grad_sign: 0x80000000 when step.maximize (g = -g as a sign flip, exact for NaN too), else 0.
