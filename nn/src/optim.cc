@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
+#include "braid/core/thread_pool.h"
 #include "braid/kernels/optim.h"
 #include "braid/tensor/swap_store.h"
 
@@ -154,6 +155,10 @@ void Optimizer::set_num_threads(int threads) {
   threads_ = threads;
 }
 
+int Optimizer::num_threads() const {
+  return threads_ > 0 ? threads_ : get_num_threads();
+}
+
 Optimizer::State& Optimizer::state_for(const Parameter& p, const OptimizerOptions& o) {
   auto [it, fresh] = state_.try_emplace(p.id());
   State& st = it->second;
@@ -247,7 +252,7 @@ void Optimizer::step_group(ParamGroup& g, double grad_scale) {
   }
   for (const Bucket& b : buckets) {
     kernels::cpu::optimizer_step_threaded(b.step, b.tensors.data(),
-                                          static_cast<int64_t>(b.tensors.size()), threads_);
+                                          static_cast<int64_t>(b.tensors.size()), num_threads());
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/rng.h"
+#include "braid/core/thread_pool.h"
 #include "braid/tensor/ops.h"
 
 namespace braid::nn {
@@ -103,6 +104,18 @@ TEST(Optimizer, ThreadsDoNotChangeTheBits) {
   EXPECT_TRUE(equal(run(1), run(2)));
   AdamW opt(make_params(1), {});
   EXPECT_THROW(opt.set_num_threads(0), Error);
+}
+
+TEST(Optimizer, ThreadsFollowBraidsThreadCountUntilSet) {
+  const int before = get_num_threads();
+  AdamW opt(make_params(1), {});
+  EXPECT_EQ(opt.num_threads(), before);
+  set_num_threads(3);
+  EXPECT_EQ(opt.num_threads(), 3);  // read at each step, not when the optimizer was made
+  opt.set_num_threads(2);
+  set_num_threads(4);
+  EXPECT_EQ(opt.num_threads(), 2);  // its own setting wins
+  set_num_threads(before);
 }
 
 TEST(Optimizer, ZeroGradSetsToNoneOrZero) {

@@ -96,9 +96,13 @@ class Optimizer : public amp::ScaledOptimizer {
 
   // Rounding of 16-bit parameters after each step; kStochastic needs bf16 parameters.
   void set_rounding(kernels::Rounding rounding, uint64_t seed = 0);
-  // Threads a step may use (default 1): large groups are split over them with the same bits
-  // (kernels::cpu::optimizer_step_threaded). Raise it when this rank owns spare cores.
+  // Threads a step may use: large groups are split over them with the same bits
+  // (kernels::cpu::optimizer_step_threaded). Until set here, braid's intra-op thread count
+  // (braid::get_num_threads(): BRAID_NUM_THREADS, default 1), read at each step. Raise it when
+  // this rank owns spare cores.
   void set_num_threads(int threads);
+  // The thread count the next step uses.
+  int num_threads() const;
   // The f32 master copy of a parameter, or undefined when it has none (with kNvme offload: a
   // copy read back from the store).
   Tensor master(const Parameter& p) const;
@@ -174,7 +178,7 @@ class Optimizer : public amp::ScaledOptimizer {
   kernels::Rounding rounding_ = kernels::Rounding::kNearest;
   uint64_t seed_ = 0;
   uint64_t rng_words_ = 0;  // Philox words handed out to parameters so far
-  int threads_ = 1;
+  int threads_ = 0;         // 0: braid::get_num_threads()
   OffloadConfig offload_;
   std::unique_ptr<SwapStore> swap_;  // kNvme
   uint64_t swap_keys_ = 0;           // keys handed out so far
