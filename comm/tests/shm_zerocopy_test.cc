@@ -268,6 +268,31 @@ ShmOptions kernel_copy_options() {
   return o;
 }
 
+// An all_gather of `count` int32 per rank on ordinary (heap) buffers, rank r sending
+// i * mul + r at i. Returns "" when every block arrived exactly (every `stride`-th element
+// checked), else what went wrong.
+std::string all_gather_pattern(Backend& b, int me, int size, int64_t count, int32_t mul,
+                               int64_t stride = 1) {
+  std::vector<int32_t> in(count), out(size * count, -1);
+  for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * mul + me);
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kAllGather;
+  d.dtype = DType::kI32;
+  d.count = count;
+  d.send = in.data();
+  d.recv = out.data();
+  if (b.run(d)->error()) return "the all_gather failed";
+  for (int p = 0; p < size; ++p) {
+    for (int64_t i = 0; i < count; i += stride) {
+      if (out[p * count + i] != static_cast<int32_t>(i * mul + p)) {
+        return "block " + std::to_string(p) + " element " + std::to_string(i) + " is " +
+               std::to_string(out[p * count + i]);
+      }
+    }
+  }
+  return "";
+}
+
 // Whether the call tries the kernel copy with kernel_copy_options(): every non-empty call, but
 // all_reduce only from 2 MiB.
 bool tries_kernel_copy(const Case& cs) {
@@ -384,21 +409,8 @@ TEST(ShmKernelCopy, DefaultOptionsUseItForLargeOrdinaryBuffers) {
   const int64_t count = (int64_t{2} << 20) / 4;  // 2 MiB of i32 per rank
   auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
     auto b = make_backend(me, size, store, job, ShmOptions{});
-    std::vector<int32_t> in(count), out(size * count, -1);
-    for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 3 + me);
-    CollectiveDesc d;
-    d.kind = CollectiveKind::kAllGather;
-    d.dtype = DType::kI32;
-    d.count = count;
-    d.send = in.data();
-    d.recv = out.data();
-    ASSERT_EQ(b->run(d)->error(), nullptr);
+    EXPECT_EQ(all_gather_pattern(*b, me, size, count, 3), "");
     EXPECT_EQ(kernel_copy_calls(*b), 1u);
-    for (int p = 0; p < size; ++p) {
-      for (int64_t i = 0; i < count; ++i) {
-        ASSERT_EQ(out[p * count + i], static_cast<int32_t>(i * 3 + p)) << p << " " << i;
-      }
-    }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
 }
@@ -415,22 +427,9 @@ TEST(ShmKernelCopy, RanksSharingCpusStageResultsAboveTheLimit) {
     for (const uint64_t result_bytes :
          {limit - 4096 * uint64_t(size), limit + 4096 * uint64_t(size)}) {
       const int64_t count = static_cast<int64_t>(result_bytes / 4 / size);
-      std::vector<int32_t> in(count), out(size * count, -1);
-      for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 7 + me);
-      CollectiveDesc d;
-      d.kind = CollectiveKind::kAllGather;
-      d.dtype = DType::kI32;
-      d.count = count;
-      d.send = in.data();
-      d.recv = out.data();
       const uint64_t before = kernel_copy_calls(*b);
-      ASSERT_EQ(b->run(d)->error(), nullptr);
+      EXPECT_EQ(all_gather_pattern(*b, me, size, count, 7, 997), "") << result_bytes;
       EXPECT_EQ(kernel_copy_calls(*b) - before, result_bytes <= limit ? 1u : 0u) << result_bytes;
-      for (int p = 0; p < size; ++p) {
-        for (int64_t i = 0; i < count; i += 997) {
-          ASSERT_EQ(out[p * count + i], static_cast<int32_t>(i * 7 + p)) << p << " " << i;
-        }
-      }
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
@@ -453,21 +452,7 @@ TEST(ShmKernelCopy, RanksInDifferentPidNamespacesStage) {
   const int64_t count = (int64_t{1} << 20) / 4;
   auto run = [&](int me, int size, std::shared_ptr<Store> store) {
     auto b = make_backend(me, size, std::move(store), job, kernel_copy_options());
-    std::vector<int32_t> in(count), out(size * count, -1);
-    for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * 5 + me);
-    CollectiveDesc d;
-    d.kind = CollectiveKind::kAllGather;
-    d.dtype = DType::kI32;
-    d.count = count;
-    d.send = in.data();
-    d.recv = out.data();
-    if (b->run(d)->error()) return false;
-    for (int p = 0; p < size; ++p) {
-      for (int64_t i = 0; i < count; ++i) {
-        if (out[p * count + i] != static_cast<int32_t>(i * 5 + p)) return false;
-      }
-    }
-    return kernel_copy_calls(*b) == 0;
+    return all_gather_pattern(*b, me, size, count, 5).empty() && kernel_copy_calls(*b) == 0;
   };
   auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
     if (me == 0) {
