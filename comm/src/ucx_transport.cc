@@ -24,6 +24,7 @@
 
 #include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "wait_policy.h"
 
@@ -125,14 +126,52 @@ void on_recv(void* /*request*/, ucs_status_t status, const ucp_tag_recv_info_t* 
 // The connection to one peer (Note [One worker per peer]).
 struct Lane {
   ucp_worker_h worker = nullptr;
-  ucp_ep_h ep = nullptr;
+  ucp_ep_h ep = nullptr;       // with peer error handling (but the lane to itself)
+  ucp_ep_h data_ep = nullptr;  // without: carries every message when set (Note [Unchecked data])
   int efd = -1;
-  ucs_status_t error = UCS_OK;  // set by the endpoint's error callback: the peer is lost
+  ucs_status_t error = UCS_OK;  // set by `ep`'s error callback: the peer is lost
   int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
+  bool unchecked = false;       // opened with a data endpoint
+  bool torn_down = false;       // its worker is destroyed (Note [Unchecked data])
+  ucp_ep_h send_ep() const { return unchecked ? data_ep : ep; }
 };
+
+// Note [Unchecked data]: with BRAID_UCX_UNCHECKED_DATA=1 each lane to another rank has two
+// endpoints to the peer's worker. `ep` asks for peer error handling and carries nothing: it is
+// there to report the peer's loss (on_ep_error). `data_ep` does not ask for it and carries
+// every message, so that UCX 1.13 may move a large tcp message by rendezvous with put_zcopy,
+// written straight into the receive buffer, where peer error handling forces active-message
+// fragments and one more copy (docs/ucx.md, "Bandwidth against ucx_perftest"). One endpoint
+// carries all of a lane's messages, so messages of one (peer, tag) stay in order.
+// Without error handling UCX cannot be made to let go of a buffer: a matched receive goes on
+// taking the bytes that reach the socket, whether the request was freed or not (seen: a
+// SIGSEGV in ucp_eager_middle_handler after a node kill, writing into a freed receive buffer).
+// So a request abandoned unfinished (Note [Abandoned requests]) tears the whole lane down:
+// both endpoints closed with FORCE and the lane's worker destroyed, which closes its sockets,
+// so nothing can reach the buffer afterwards. The group is broken after any error anyway
+// (docs/p2p.md); the peer sees its own lane to this rank fail and reports a lost peer.
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   static_cast<Lane*>(arg)->error = status;
+}
+
+// Note [Unchecked data]: ends everything UCX does for this lane. The endpoints' close requests
+// are let go at once; destroying the worker ends them, with every request still on it.
+void tear_down(Lane& lane) {
+  for (ucp_ep_h* ep : {&lane.data_ep, &lane.ep}) {
+    if (!*ep) continue;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t closing = ucp_ep_close_nbx(*ep, &p);
+    *ep = nullptr;
+    if (closing != nullptr && !UCS_PTR_IS_ERR(closing)) ucp_request_free(closing);
+  }
+  ucp_worker_destroy(lane.worker);
+  lane.worker = nullptr;
+  lane.efd = -1;
+  lane.torn_down = true;
+  if (lane.error == UCS_OK) lane.error = UCS_ERR_CANCELED;
 }
 
 void check_ucs(ucs_status_t status, const char* what) {
@@ -180,10 +219,12 @@ class UcxRequest final : public p2p::Request {
   ~UcxRequest() override {
     if (!handle_) return;
     if (!state_.done) abandon();
-    ucp_request_free(handle_);  // after free, UCX calls no callback, so state_ may go
+    // After free, UCX calls no callback, so state_ may go. A torn-down lane's worker took its
+    // requests with it (Note [Unchecked data]).
+    if (!lane_.torn_down) ucp_request_free(handle_);
   }
   bool test() override {
-    if (!state_.done) ucp_worker_progress(lane_.worker);
+    if (!state_.done && !lane_.torn_down) ucp_worker_progress(lane_.worker);
     return state_.done;
   }
   size_t received() const override { return state_.length; }
@@ -226,10 +267,15 @@ class UcxRequest final : public p2p::Request {
 
 void UcxRequest::abandon() {
   ++lane_.abandoned;
+  if (lane_.torn_down) return;
   const bool peer_failed = lane_.error != UCS_OK && lane_.error != UCS_ERR_CANCELED;
   ucp_request_cancel(lane_.worker, handle_);
   ucp_worker_progress(lane_.worker);
   if (state_.done) return;
+  if (lane_.unchecked) {
+    tear_down(lane_);
+    return;
+  }
   // UCX failed this lane's endpoint itself (the peer is lost): the connection is gone, so
   // nothing more from that peer can reach the buffer, and UCX never completes what was left on
   // it (waiting only held the error back by 2 s per request, past `braid launch`'s grace
@@ -281,7 +327,8 @@ class UcxTransport final : public p2p::Transport {
     Lane& lane = lane_of(peer, "describe");
     BRAID_CHECK(lane.ep != nullptr, kPeerLost, "ucx transport describe: the endpoint to peer ",
                 peer_text({peer}), " was closed");
-    std::string text = ucx_info_text([&lane](FILE* out) { ucp_ep_print_info(lane.ep, out); });
+    std::string text =
+        ucx_info_text([&lane](FILE* out) { ucp_ep_print_info(lane.send_ep(), out); });
     BRAID_CHECK(!text.empty(), kInternal, "ucx transport describe: UCX wrote nothing for peer ",
                 peer_text({peer}));
     return text;
@@ -296,12 +343,14 @@ class UcxTransport final : public p2p::Transport {
     auto req = std::make_unique<UcxRequest>(lane, peer, abandon_deadline_);
     ucp_request_param_t p = params(req->state());
     p.cb.send = on_send;
-    req->adopt(ucp_tag_send_nbx(lane.ep, data, bytes, tag, &p));
+    req->adopt(ucp_tag_send_nbx(lane.send_ep(), data, bytes, tag, &p));
     return req;
   }
 
   std::unique_ptr<p2p::Request> irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
     Lane& lane = lane_of(peer, "irecv");
+    BRAID_CHECK(!lane.torn_down, kPeerLost, "ucx transport irecv: the lane to peer ",
+                peer_text({peer}), " was torn down after an operation on it was abandoned");
     auto req = std::make_unique<UcxRequest>(lane, peer, abandon_deadline_);
     ucp_request_param_t p = params(req->state());
     p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the callback always reports the length
@@ -354,6 +403,7 @@ class UcxTransport final : public p2p::Transport {
   // This node's ranks (LOCAL_WORLD_SIZE or the launcher's equivalent) leave a CPU to spare:
   // waits may spin while data flows (Note [Spin while data flows]).
   bool spare_cpu_ = detect_rank_info().local_world_size < usable_cpus();
+  bool unchecked_data_ = get_env_bool("BRAID_UCX_UNCHECKED_DATA", false);  // Note [Unchecked data]
 };
 
 void UcxTransport::start() {
@@ -435,6 +485,13 @@ void UcxTransport::start() {
                     std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "<unset>",
                     "); expected tcp or an InfiniBand transport among them (docs/ucx.md)");
         check_ucs(st, "ucp_ep_create");
+        if (q != ctx_.rank && unchecked_data_) {  // Note [Unchecked data]
+          ucp_ep_params_t data{};
+          data.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+          data.address = ep.address;
+          check_ucs(ucp_ep_create(lane.worker, &data, &lane.data_ep), "ucp_ep_create (data)");
+          lane.unchecked = true;
+        }
         break;
       }
       off += n;
@@ -453,13 +510,15 @@ void UcxTransport::close_endpoints() {
   for (const Lane& lane : lanes_) trouble |= lane.error != UCS_OK || lane.abandoned > 0;
   std::vector<std::pair<Lane*, void*>> closing;
   for (Lane& lane : lanes_) {
-    if (!lane.ep) continue;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = trouble ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(lane.ep, &p);
-    lane.ep = nullptr;
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(&lane, r);
+    for (ucp_ep_h* ep : {&lane.data_ep, &lane.ep}) {
+      if (!*ep) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = trouble ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(*ep, &p);
+      *ep = nullptr;
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(&lane, r);
+    }
   }
   // Wait for the flushes, sleeping on the event fds; force what is left after kCloseTime.
   const auto end = Clock::now() + kCloseTime;
@@ -498,6 +557,7 @@ void UcxTransport::shut_down() {
 void UcxTransport::block(const std::vector<int>& peers, Clock::time_point deadline) {
   std::vector<pollfd> fds;
   for (int q : peers) {
+    if (lanes_[q].torn_down) continue;
     if (std::any_of(fds.begin(), fds.end(), [&](const pollfd& f) { return f.fd == lanes_[q].efd; }))
       continue;
     const ucs_status_t st = ucp_worker_arm(lanes_[q].worker);

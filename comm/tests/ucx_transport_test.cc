@@ -33,6 +33,16 @@ const bool kUcxConformance = [] {
   b.sizes = {1, 2, 3, 4};
   return braid::conformance::register_backend_for_conformance(b);
 }();
+// Note [Unchecked data] (ucx_transport.cc): the same with data endpoints without peer error
+// handling, over tcp, the network that mode is for.
+const bool kUcxUncheckedConformance = [] {
+  braid::conformance::ConformanceBackend b;
+  b.name = "ucx_unchecked_data";
+  b.backend = "ucx";
+  b.sizes = {2, 3, 4};
+  b.env = {{"BRAID_UCX_UNCHECKED_DATA", "1"}, {"UCX_TLS", "tcp,self"}};
+  return braid::conformance::register_backend_for_conformance(b);
+}();
 }  // namespace
 
 namespace braid {
@@ -68,10 +78,26 @@ void wait(p2p::Transport& t, Requests& reqs, const std::vector<int>& peers, cons
   t.wait_all(reqs, peers, Clock::now() + kWait, what);
 }
 
+// Note [Unchecked data] (ucx_transport.cc): the tests of messages, order, timeouts and abandoned
+// or lost requests run in both of the transport's modes: peer error handling on every endpoint
+// (the default), and BRAID_UCX_UNCHECKED_DATA=1, data endpoints without it beside one with it.
+// The second runs over tcp alone (UCX_TLS=tcp,self), the network it is for; the variables are
+// set in the test process, so the forked ranks start with them.
+class UcxModes : public ::testing::TestWithParam<bool> {
+ protected:
+  PatchEnvironment env_{
+      EnvPatch{{"BRAID_UCX_UNCHECKED_DATA", GetParam() ? "1" : "0"},
+               {"UCX_TLS", GetParam() ? std::optional<std::string>("tcp,self") : std::nullopt}}};
+};
+INSTANTIATE_TEST_SUITE_P(UcxTransport, UcxModes, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "unchecked_data" : "checked";
+                         });
+
 const std::vector<size_t> kSizes = {
     0, 1, 4099, (size_t{1} << 20) + 3, (size_t{2} << 20) + 6, (size_t{8} << 20) + 5};
 
-TEST(UcxTransport, PingPongSizesWithTagsMatchedOutOfOrder) {
+TEST_P(UcxModes, PingPongSizesWithTagsMatchedOutOfOrder) {
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
     const int other = 1 - rank;
@@ -111,7 +137,7 @@ TEST(UcxTransport, PingPongSizesWithTagsMatchedOutOfOrder) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
-TEST(UcxTransport, SameTagFromTwoPeersMatchesTheNamedPeer) {
+TEST_P(UcxModes, SameTagFromTwoPeersMatchesTheNamedPeer) {
   auto result = run_processes(3, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
     const size_t bytes = 5000;
@@ -139,7 +165,7 @@ TEST(UcxTransport, SameTagFromTwoPeersMatchesTheNamedPeer) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
-TEST(UcxTransport, ManyMessagesOfOnePeerAndTagArriveInOrder) {
+TEST_P(UcxModes, ManyMessagesOfOnePeerAndTagArriveInOrder) {
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
     constexpr int kCount = 300;
@@ -164,7 +190,7 @@ TEST(UcxTransport, ManyMessagesOfOnePeerAndTagArriveInOrder) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
-TEST(UcxTransport, SilentPeerTimesOutNamingItThenLaterMessageStillMatches) {
+TEST_P(UcxModes, SilentPeerTimesOutNamingItThenLaterMessageStillMatches) {
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
     int value = 0;
@@ -220,15 +246,16 @@ Requests receive_big_until_the_small_after_it(p2p::Transport& t, std::vector<uin
   return big_req;
 }
 
-// Fills `buffer`, whose receive from `peer` was abandoned, progresses `t` for half a second
-// (waiting on a receive that never comes) and checks that UCX wrote nothing into it.
-void expect_untouched_while_progressing(p2p::Transport& t, std::vector<uint8_t>& buffer, int peer) {
+// Fills `buffer`, whose receive was abandoned, progresses `t` for half a second (waiting on a
+// receive from itself that never comes: every wait progresses every lane, Note [Progress every
+// worker]) and checks that UCX wrote nothing into it.
+void expect_untouched_while_progressing(p2p::Transport& t, std::vector<uint8_t>& buffer) {
   std::fill(buffer.begin(), buffer.end(), uint8_t{0xAB});
   int never_value = 0;
   Requests never;
-  never.push_back(t.irecv(peer, 3, &never_value, sizeof(never_value)));
+  never.push_back(t.irecv(t.rank(), 3, &never_value, sizeof(never_value)));
   try {
-    t.wait_all(never, {peer}, Clock::now() + std::chrono::milliseconds(500), "progress");
+    t.wait_all(never, {t.rank()}, Clock::now() + std::chrono::milliseconds(500), "progress");
   } catch (const Error&) {
   }
   EXPECT_EQ(std::count(buffer.begin(), buffer.end(), uint8_t{0xAB}),
@@ -239,7 +266,7 @@ void expect_untouched_while_progressing(p2p::Transport& t, std::vector<uint8_t>&
 // Note [Abandoned requests] in ucx_transport.cc: a receive whose rendezvous data is already
 // arriving cannot be cancelled; destroying it must stop UCX writing into the buffer, which its
 // owner may reuse or free at once.
-TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
+TEST_P(UcxModes, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
   constexpr size_t kBig = size_t{128} << 20;  // long enough over tcp to still be arriving
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
@@ -258,7 +285,7 @@ TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
     {
       Requests big_req = receive_big_until_the_small_after_it(*t, big);
     }  // the big receive is abandoned here
-    expect_untouched_while_progressing(*t, big, 0);
+    expect_untouched_while_progressing(*t, big);
     store->set("checked", "1");
   });
   EXPECT_TRUE(result.ok()) << result.summary();
@@ -266,7 +293,7 @@ TEST(UcxTransport, AnAbandonedReceiveInFlightNoLongerWritesItsBuffer) {
 
 // Note [Abandoned requests]: a request left on a lane whose endpoint UCX failed (the peer
 // died mid-transfer) is dropped without waiting; the buffer must stay untouched all the same.
-TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWritesItsBuffer) {
+TEST_P(UcxModes, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWritesItsBuffer) {
   constexpr size_t kBig = size_t{128} << 20;
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
@@ -294,12 +321,12 @@ TEST(UcxTransport, AReceiveFromAPeerThatDiedMidTransferIsReportedAndNoLongerWrit
         EXPECT_EQ(e.kind(), ErrorKind::kPeerLost) << e.what();
       }
     }  // the big receive is abandoned here, its lane failed
-    expect_untouched_while_progressing(*t, big, 0);
+    expect_untouched_while_progressing(*t, big);
   });
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
-TEST(UcxTransport, PeerThatExitsIsReportedNotWaitedOn) {
+TEST_P(UcxModes, PeerThatExitsIsReportedNotWaitedOn) {
   auto result = run_processes(2, [](int rank, int size, std::shared_ptr<Store> store) {
     auto t = connect(rank, size, store);
     if (rank == 0) {
@@ -383,6 +410,32 @@ TEST(UcxTransport, TcpSettingsAreBraidsDefaultsUnlessTheJobSetsThem) {
     });
     EXPECT_TRUE(result.ok()) << (job_sets ? "job sets the values: " : "braid's defaults: ")
                              << result.summary();
+  }
+}
+
+// Note [Unchecked data] (ucx_transport.cc): with BRAID_UCX_UNCHECKED_DATA=1 over tcp the
+// endpoint that carries the messages has a lane for RMA ("rma_bw#" in UCX's account), so that
+// a rendezvous (from 512 KiB on, with braid's tcp segments) writes into the receive buffer;
+// with peer error handling on it there is no such lane. Messages on either side of the
+// threshold arrive whole either way.
+TEST(UcxTransport, UncheckedDataEndpointsGiveTcpAnRmaLane) {
+  for (const bool unchecked : {false, true}) {
+    auto result = run_processes(2, [unchecked](int rank, int size, std::shared_ptr<Store> store) {
+      PatchEnvironment env(
+          EnvPatch{{"UCX_TLS", "tcp,self"}, {"BRAID_UCX_UNCHECKED_DATA", unchecked ? "1" : "0"}});
+      auto t = connect(rank, size, store);
+      const std::string info = describe_ucx_endpoint(*t, 1 - rank);
+      EXPECT_EQ(info.find("rma_bw#") != std::string::npos, unchecked) << info;
+      for (const size_t bytes : {size_t{300} << 10, (size_t{4} << 20) + 1}) {
+        std::vector<uint8_t> out = pattern(bytes, 1, rank), in(bytes);
+        Requests reqs;
+        reqs.push_back(t->irecv(1 - rank, 5, in.data(), in.size()));
+        reqs.push_back(t->isend(1 - rank, 5, out.data(), out.size()));
+        wait(*t, reqs, {1 - rank, 1 - rank}, "exchange");
+        EXPECT_EQ(in, pattern(bytes, 1, 1 - rank)) << bytes << " bytes";
+      }
+    });
+    EXPECT_TRUE(result.ok()) << (unchecked ? "unchecked: " : "checked: ") << result.summary();
   }
 }
 
