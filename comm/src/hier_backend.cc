@@ -56,6 +56,7 @@ class SharedTransport final : public Transport {
   explicit SharedTransport(std::shared_ptr<Transport> t) : t_(std::move(t)) {}
   int rank() const override { return t_->rank(); }
   int size() const override { return t_->size(); }
+  uint64_t preferred_segment_bytes() const override { return t_->preferred_segment_bytes(); }
   std::unique_ptr<Request> isend(int peer, uint64_t tag, const void* data, size_t bytes) override {
     return t_->isend(peer, tag, data, bytes);
   }
@@ -212,7 +213,7 @@ HierGroup::HierGroup(const BackendContext& ctx, const HierTransportFactory& fact
   BRAID_CHECK(net_ && net_->rank() == me_ && net_->size() == n_, kInternal,
               "hier: the transport is not rank ", me_, " of ", n_);
   flat_ = std::make_unique<p2p::P2pGroup>("hier", tc, std::make_unique<SharedTransport>(net_),
-                                          p2p::options_from_env());
+                                          p2p::options_from_env(*net_));
   caps_ = flat_->capabilities();
   caps_.can_allocate_shared = intra_ && intra_->capabilities().can_allocate_shared;
 }

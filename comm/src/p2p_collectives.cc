@@ -104,9 +104,19 @@ Options options_from_env() {
   return o;
 }
 
+Options options_from_env(const Transport& transport) {
+  Options defaults;
+  if (transport.preferred_segment_bytes() > 0)
+    defaults.segment_bytes = transport.preferred_segment_bytes();
+  Options o = options_from_env();
+  o.segment_bytes = get_env_bytes("BRAID_P2P_SEGMENT_BYTES", defaults.segment_bytes);
+  return o;
+}
+
 std::unique_ptr<Backend> make_p2p_backend(std::string name, const BackendContext& ctx,
                                           std::unique_ptr<Transport> transport) {
-  return make_p2p_backend(std::move(name), ctx, std::move(transport), options_from_env());
+  const Options options = options_from_env(*transport);
+  return make_p2p_backend(std::move(name), ctx, std::move(transport), options);
 }
 
 std::unique_ptr<Backend> make_p2p_backend(std::string name, const BackendContext& ctx,

@@ -33,8 +33,9 @@ struct Options {
 Algo parse_algo(std::string_view text);
 // Options with the algorithm from BRAID_P2P_ALGO (unset or empty: auto) and the segment size
 // from BRAID_P2P_SEGMENT_BYTES (get_env_bytes: 4096, 256K, 1M; 0 turns segments off; unset or
-// empty: the default).
+// empty: the default, or `transport`'s preferred_segment_bytes() where that is not 0).
 Options options_from_env();
+Options options_from_env(const Transport& transport);
 
 // Tag layout (docs/p2p.md, "Tags"): bit 63 set for collectives, then 40 bits of the group's
 // collective index, 3 bits of phase and 20 bits of step. User send / recv tags go through as

@@ -31,6 +31,9 @@ class Transport {
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The segment size (Options::segment_bytes) this transport moves large messages best in,
+  // taken where BRAID_P2P_SEGMENT_BYTES is unset (options_from_env); 0: no preference.
+  virtual uint64_t preferred_segment_bytes() const { return 0; }
 
   // Nonblocking. The buffer must stay valid and untouched until the request finished. A
   // receive matches the sender's message with the same (peer, tag) exactly; messages of one

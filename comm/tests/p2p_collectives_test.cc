@@ -467,6 +467,30 @@ TEST(P2pCollectives, SegmentBytesComeFromTheEnvironment) {
   }
 }
 
+// A transport may prefer a segment size (the ucx transport's unchecked data endpoints: 4 MiB);
+// it replaces Options' default, never a BRAID_P2P_SEGMENT_BYTES the job set.
+TEST(P2pCollectives, ATransportsPreferredSegmentIsTheDefault) {
+  class Preferring final : public Transport {
+   public:
+    explicit Preferring(uint64_t bytes) : bytes_(bytes) {}
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    uint64_t preferred_segment_bytes() const override { return bytes_; }
+    std::unique_ptr<Request> isend(int, uint64_t, const void*, size_t) override { return nullptr; }
+    std::unique_ptr<Request> irecv(int, uint64_t, void*, size_t) override { return nullptr; }
+    void wait_all(std::vector<std::unique_ptr<Request>>&, const std::vector<int>&,
+                  Clock::time_point, const std::string&) override {}
+
+   private:
+    uint64_t bytes_;
+  };
+  PatchEnvironment unset(EnvPatch{{"BRAID_P2P_SEGMENT_BYTES", std::nullopt}});
+  EXPECT_EQ(options_from_env(Preferring(4 << 20)).segment_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(options_from_env(Preferring(0)).segment_bytes, Options{}.segment_bytes);
+  PatchEnvironment env{{"BRAID_P2P_SEGMENT_BYTES", "256K"}};
+  EXPECT_EQ(options_from_env(Preferring(4 << 20)).segment_bytes, uint64_t{256} << 10);
+}
+
 TEST(P2pCollectives, AnUnknownBraidP2pAlgoFailsAtCreation) {
   ::setenv("BRAID_P2P_ALGO", "fastest", 1);
   auto fabric = std::make_shared<Fabric>(1);

@@ -416,8 +416,9 @@ TEST(UcxTransport, TcpSettingsAreBraidsDefaultsUnlessTheJobSetsThem) {
 // Note [Unchecked data] (ucx_transport.cc): with BRAID_UCX_UNCHECKED_DATA=1 over tcp the
 // endpoint that carries the messages has a lane for RMA ("rma_bw#" in UCX's account), so that
 // a rendezvous (from 512 KiB on, with braid's tcp segments) writes into the receive buffer;
-// with peer error handling on it there is no such lane. Messages on either side of the
-// threshold arrive whole either way.
+// with peer error handling on it there is no such lane. The transport then prefers 4 MiB
+// segments (p2p::Options::segment_bytes). Messages on either side of the threshold arrive whole
+// either way.
 TEST(UcxTransport, UncheckedDataEndpointsGiveTcpAnRmaLane) {
   for (const bool unchecked : {false, true}) {
     auto result = run_processes(2, [unchecked](int rank, int size, std::shared_ptr<Store> store) {
@@ -426,6 +427,7 @@ TEST(UcxTransport, UncheckedDataEndpointsGiveTcpAnRmaLane) {
       auto t = connect(rank, size, store);
       const std::string info = describe_ucx_endpoint(*t, 1 - rank);
       EXPECT_EQ(info.find("rma_bw#") != std::string::npos, unchecked) << info;
+      EXPECT_EQ(t->preferred_segment_bytes(), unchecked ? uint64_t{4} << 20 : 0) << "segments";
       for (const size_t bytes : {size_t{300} << 10, (size_t{4} << 20) + 1}) {
         std::vector<uint8_t> out = pattern(bytes, 1, rank), in(bytes);
         Requests reqs;
