@@ -5,8 +5,10 @@
 // Note [One worker per peer]: UCP tag matching matches the 64-bit tag only, never the sender,
 // and p2p::Transport's tags use all 64 bits (p2p_collectives.h's layout), so no bits are left
 // to carry the source rank. Each rank therefore opens one worker per peer (itself included)
-// with exactly one endpoint on it: a receive posted on peer q's worker can only match what q
-// sent, and messages of one (peer, tag) stay in order because one endpoint carries them.
+// with exactly one endpoint on it that carries messages (with BRAID_UCX_UNCHECKED_DATA=1 a
+// second one carries none, Note [Unchecked data]): a receive posted on peer q's worker can only
+// match what q sent, and messages of one (peer, tag) stay in order because one endpoint carries
+// them.
 #include "ucx_transport.h"
 
 #include <poll.h>
