@@ -157,17 +157,23 @@ void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   static_cast<Lane*>(arg)->error = status;
 }
 
+// Closes `ep` (with FORCE, or flushing it first) and clears it; returns UCX's close request to
+// wait on, or nullptr when the close finished at once or failed.
+ucs_status_ptr_t close_endpoint(ucp_ep_h& ep, bool force) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t closing = ucp_ep_close_nbx(ep, &p);
+  ep = nullptr;
+  return closing == nullptr || UCS_PTR_IS_ERR(closing) ? nullptr : closing;
+}
+
 // Note [Unchecked data]: ends everything UCX does for this lane. The endpoints' close requests
 // are let go at once; destroying the worker ends them, with every request still on it.
 void tear_down(Lane& lane) {
   for (ucp_ep_h* ep : {&lane.data_ep, &lane.ep}) {
     if (!*ep) continue;
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t closing = ucp_ep_close_nbx(*ep, &p);
-    *ep = nullptr;
-    if (closing != nullptr && !UCS_PTR_IS_ERR(closing)) ucp_request_free(closing);
+    if (ucs_status_ptr_t closing = close_endpoint(*ep, true)) ucp_request_free(closing);
   }
   ucp_worker_destroy(lane.worker);
   lane.worker = nullptr;
@@ -285,13 +291,8 @@ void UcxRequest::abandon() {
   if (peer_failed) return;
   ucs_status_ptr_t closing = nullptr;
   if (lane_.ep) {  // else an earlier abandoned request of this lane closed it
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    closing = ucp_ep_close_nbx(lane_.ep, &p);
-    lane_.ep = nullptr;
+    closing = close_endpoint(lane_.ep, true);
     if (lane_.error == UCS_OK) lane_.error = UCS_ERR_CANCELED;
-    if (UCS_PTR_IS_ERR(closing)) closing = nullptr;
   }
   if (!abandon_deadline_) abandon_deadline_ = Clock::now() + kAbandonTime;
   const Clock::time_point end = *abandon_deadline_;
@@ -520,12 +521,7 @@ void UcxTransport::close_endpoints() {
   for (Lane& lane : lanes_) {
     for (ucp_ep_h* ep : {&lane.data_ep, &lane.ep}) {
       if (!*ep) continue;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = trouble ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(*ep, &p);
-      *ep = nullptr;
-      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.emplace_back(&lane, r);
+      if (ucs_status_ptr_t r = close_endpoint(*ep, trouble)) closing.emplace_back(&lane, r);
     }
   }
   // Wait for the flushes, sleeping on the event fds; force what is left after kCloseTime.
