@@ -96,21 +96,23 @@ Algo parse_algo(std::string_view text) {
              "'; expected one of auto, ring, rd");
 }
 
-Options options_from_env() {
+namespace {
+Options options_from_env(uint64_t default_segment_bytes) {
   Options o;
   const char* algo = std::getenv("BRAID_P2P_ALGO");
   o.algo = parse_algo(algo ? algo : "");
-  o.segment_bytes = get_env_bytes("BRAID_P2P_SEGMENT_BYTES", o.segment_bytes);
+  o.segment_bytes = get_env_bytes("BRAID_P2P_SEGMENT_BYTES", default_segment_bytes);
   return o;
+}
+}  // namespace
+
+Options options_from_env() {
+  return options_from_env(Options{}.segment_bytes);
 }
 
 Options options_from_env(const Transport& transport) {
-  Options defaults;
-  if (transport.preferred_segment_bytes() > 0)
-    defaults.segment_bytes = transport.preferred_segment_bytes();
-  Options o = options_from_env();
-  o.segment_bytes = get_env_bytes("BRAID_P2P_SEGMENT_BYTES", defaults.segment_bytes);
-  return o;
+  const uint64_t preferred = transport.preferred_segment_bytes();
+  return options_from_env(preferred > 0 ? preferred : Options{}.segment_bytes);
 }
 
 std::unique_ptr<Backend> make_p2p_backend(std::string name, const BackendContext& ctx,

@@ -441,6 +441,18 @@ TEST(UcxTransport, UncheckedDataEndpointsGiveTcpAnRmaLane) {
   }
 }
 
+TEST(UcxTransport, AnUncheckedDataValueThatIsNotABooleanIsInvalidArgument) {
+  PatchEnvironment env(EnvPatch{{"BRAID_UCX_UNCHECKED_DATA", "sometimes"}});
+  try {
+    connect(0, 1, std::make_shared<InMemoryStore>());
+    ADD_FAILURE() << "BRAID_UCX_UNCHECKED_DATA=sometimes was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument) << e.what();
+    EXPECT_NE(e.message().find("BRAID_UCX_UNCHECKED_DATA='sometimes'"), std::string::npos)
+        << e.message();
+  }
+}
+
 TEST(UcxTransport, DescribingATransportThatIsNotUcxsIsInvalidArgument) {
   p2p::testing::ThreadTransport threads(std::make_shared<p2p::testing::Fabric>(1), 0);
   try {
