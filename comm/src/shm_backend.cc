@@ -3,7 +3,6 @@
 // liveness), the step protocol's cross-rank check, error handling, and the options / registration
 // entry points (docs/shm.md).
 #include <sched.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -63,12 +62,6 @@ std::string safe_name_part(const std::string& text) {
 }
 
 std::atomic<uint64_t> g_segment_counter{0};
-
-// The inode of this process's pid namespace, 0 when it cannot be read.
-uint64_t pid_namespace() {
-  struct stat st {};
-  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
-}
 
 }  // namespace
 
@@ -322,7 +315,7 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
       }
     }
     const int32_t pid = seg_->control(peer).pid.load(std::memory_order_acquire);
-    if (!watch_.alive(peer, pid)) {
+    if (!watch_.alive(peer, pid, seg_->control(peer).pid_ns.load(std::memory_order_relaxed))) {
       // The peer may have published this step and then exited (a rank leaving a barrier it
       // completed) between the load above and the liveness check: look once more.
       if (reached(word.load(std::memory_order_acquire))) return;
@@ -350,7 +343,7 @@ void ShmGroup::fail_if_a_peer_exited(Call& c) {
     // A rank that left after an error may have exited since: the cause is one that did not.
     if (p == me_ || seg_->control(p).aborted.load(std::memory_order_acquire) != 0) continue;
     const int32_t pid = seg_->control(p).pid.load(std::memory_order_acquire);
-    if (!watch_.alive(p, pid)) {
+    if (!watch_.alive(p, pid, seg_->control(p).pid_ns.load(std::memory_order_relaxed))) {
       fail_wait(c, ErrorKind::kPeerLost,
                 "the process of group rank " + std::to_string(p) + " (pid " + std::to_string(pid) +
                     ") has exited",

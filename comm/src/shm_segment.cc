@@ -202,7 +202,12 @@ void publish_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, u
   if (waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(word);
 }
 
-PeerWatch::PeerWatch(int nranks) : pidfd_(nranks, -1), pid_(nranks, 0) {}
+uint64_t pid_namespace() {
+  struct stat st {};
+  return ::stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+PeerWatch::PeerWatch(int nranks) : pidfd_(nranks, -1), pid_(nranks, 0), pid_ns_(pid_namespace()) {}
 
 PeerWatch::~PeerWatch() {
   for (int fd : pidfd_) {
@@ -210,8 +215,9 @@ PeerWatch::~PeerWatch() {
   }
 }
 
-bool PeerWatch::alive(int rank, int32_t pid) {
+bool PeerWatch::alive(int rank, int32_t pid, uint64_t pid_ns) {
   if (pid <= 0 || pid == getpid()) return true;  // not mapped yet, or ranks as threads
+  if (pid_ns != 0 && pid_ns_ != 0 && pid_ns != pid_ns_) return true;  // not a pid of ours
   if (pid_[rank] != pid) {
     if (pidfd_[rank] >= 0) close(pidfd_[rank]);
     pid_[rank] = pid;

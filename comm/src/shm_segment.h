@@ -162,6 +162,9 @@ void futex_wake_all(std::atomic<uint32_t>& word);
 // Stores `value` and wakes sleepers counted in `waiters` (Dekker pairing with Waiter::wait).
 void publish_word(std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters, uint32_t value);
 
+// The inode of this process's pid namespace, 0 when it cannot be read.
+uint64_t pid_namespace();
+
 // Whether the process of a peer rank still runs. Uses a pidfd when the kernel has them (a
 // zombie counts as dead, and pid reuse cannot fool it), else kill(pid, 0) plus /proc state.
 class PeerWatch {
@@ -170,12 +173,15 @@ class PeerWatch {
   ~PeerWatch();
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
-  // pid 0 (not mapped yet) counts as alive; the deadline covers it.
-  bool alive(int rank, int32_t pid);
+  // `pid` as the peer published it, in its pid namespace `pid_ns` (0: unknown). pid 0 (not
+  // mapped yet) counts as alive, and so does a peer in another pid namespace than this
+  // process's: its pid names some other process, or none, here. The deadline covers both.
+  bool alive(int rank, int32_t pid, uint64_t pid_ns);
 
  private:
   std::vector<int> pidfd_;  // -1: not opened; -2: unavailable, use kill()
   std::vector<int32_t> pid_;
+  uint64_t pid_ns_;  // this process's
 };
 
 }  // namespace braid::shm
