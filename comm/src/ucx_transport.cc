@@ -152,6 +152,10 @@ struct Lane {
 // both endpoints closed with FORCE and the lane's worker destroyed, which closes its sockets,
 // so nothing can reach the buffer afterwards. The group is broken after any error anyway
 // (docs/p2p.md); the peer sees its own lane to this rank fail and reports a lost peer.
+// What braid cannot help: UCX 1.13's tcp put_zcopy, which only data_ep uses, aborts the process
+// on its own assertion (UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK) in about 1 node kill in 100 with 1
+// rank per node, inside ucp_worker_progress, before any error reaches braid (docs/ucx.md). That
+// abort is why the mode is an opt-in.
 
 void on_ep_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   static_cast<Lane*>(arg)->error = status;

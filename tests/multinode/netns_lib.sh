@@ -9,7 +9,9 @@
 #   veth_bytes I             bytes node I's braid0 has received so far
 #   fail MESSAGE             records a failure (checked by finish)
 #   check_ok NPROC           every rank 0 .. 2 NPROC - 1 printed "[rank R] done" in out0 / out1
-#   check_peer_lost FIRST N  ranks FIRST .. FIRST + N - 1 reported braid's peer-lost error
+#   check_peer_lost FIRST N  ranks FIRST .. FIRST + N - 1 reported braid's peer-lost error (with
+#                            NETNS_ACCEPT_UCX_PUT_ABORT=1, or died of UCX 1.13's tcp put assertion:
+#                            ucx_put_abort)
 #   check_veth MIN           node 0 received at least MIN bytes over the veth since the start
 #   finish WHAT              prints both outputs and exits 1 after failures, else "ok: WHAT"
 #   netns_tcp_cc             both namespaces use the TCP congestion control NETNS_TCP_CC (default
@@ -19,6 +21,7 @@
 #   netns_tcp_cc_used        the congestion control node 0's namespace uses
 # Environment: NETNS_MIN_VETH_BYTES (default 0): the least node 0 must receive over the veth;
 # NETNS_VERBOSE=1: print both nodes' output even when every check passed.
+# NETNS_ACCEPT_UCX_PUT_ABORT=1: check_peer_lost also accepts a rank that died of ucx_put_abort.
 
 netns_setup() {
   if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null; then
@@ -97,9 +100,22 @@ check_ok() {
 
 check_peer_lost() {
   for ((r = $1; r < $1 + $2; r++)); do
-    grep -Eqh "^\[rank $r\] error: braid: peer lost: " "$out0" "$out1" ||
-      fail "rank $r reported no lost peer"
+    grep -Eqh "^\[rank $r\] error: braid: peer lost: " "$out0" "$out1" && continue
+    if [[ ${NETNS_ACCEPT_UCX_PUT_ABORT:-0} == 1 ]] && ucx_put_abort "$r"; then
+      echo "note: rank $r aborted on UCX 1.13's tcp put assertion instead of reporting the lost peer (accepted: docs/ucx.md, \"Unchecked data endpoints\")"
+      continue
+    fi
+    fail "rank $r reported no lost peer"
   done
+}
+
+# Whether rank R died of UCX 1.13's tcp put_zcopy assertion on a lost connection, and of nothing
+# else: UCX's assertion line in the rank's output and the launcher's report of it killed by
+# SIGABRT (docs/ucx.md, "Unchecked data endpoints").
+ucx_put_abort() {
+  grep -Eqh "^\[rank $1\] .*tcp_ep\.c:[0-9]+ +Assertion .ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK. failed" \
+    "$out0" "$out1" &&
+    grep -Eqh "^braid launch: rank $1 was killed by signal 6 " "$out0" "$out1"
 }
 
 check_veth() {
