@@ -183,6 +183,8 @@ MpiGroup::MpiGroup(const BackendContext& context)
     caps_.collectives.push_back(static_cast<CollectiveKind>(k));
   }
   caps_.point_to_point = true;
+  // Another thread may call MPI from SERIALIZED up (docs/mpi.md, "Thread level and progress").
+  caps_.runs_on_any_thread = g_runtime.thread_level >= MPI_THREAD_SERIALIZED;
 }
 
 MpiGroup::~MpiGroup() {

@@ -39,6 +39,7 @@ BackendCapabilities make_capabilities() {
     c.collectives.push_back(static_cast<CollectiveKind>(k));
   }
   c.point_to_point = true;
+  c.runs_on_any_thread = true;  // run() finishes every call (docs/p2p.md)
   return c;
 }
 

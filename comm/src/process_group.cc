@@ -144,9 +144,17 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
   debug_check(desc, rec);
   BRAID_LOG(kTrace) << collective_name(desc.kind) << " #" << desc.seq << " on group " << id << ": "
                     << call_text(desc, rec);
-  std::shared_ptr<Work> work = backend->run(desc);
-  BRAID_ASSERT(work != nullptr, "backend '", backend_name, "' returned a null Work for ",
-               collective_name(desc.kind), " #", desc.seq);
+  if (o.async == AsyncOp::kYes && backend->capabilities().runs_on_any_thread) {
+    return submit_on_call_thread(desc, rec, std::move(then));
+  }
+  // Note [Async calls]: the backend runs one call at a time, in sequence order; a call made
+  // here waits for the async calls queued before it (only this thread queues calls).
+  if (const size_t queued = call_thread ? call_thread->pending() : 0; queued > 0) {
+    call_thread->drain(desc.timeout * static_cast<int64_t>(queued + 1),
+                       std::string(collective_name(desc.kind)) + " #" + std::to_string(desc.seq) +
+                           " on " + describe());
+  }
+  std::shared_ptr<Work> work = run_on_backend(desc);
   if (then) work = then_work(std::move(work), std::move(then));
   if (o.async == AsyncOp::kNo) {
     // wait(0) waits until the collective's deadline and throws its error; false is a backend
@@ -154,6 +162,47 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
     BRAID_CHECK(work->wait(), kTimeout, collective_name(desc.kind), " #", desc.seq, " on ",
                 describe(), " did not complete within ", desc.timeout.count(), " ms");
   }
+  return work;
+}
+
+std::shared_ptr<Work> ProcessGroup::Impl::run_on_backend(const CollectiveDesc& desc) {
+  std::shared_ptr<Work> work = backend->run(desc);
+  BRAID_ASSERT(work != nullptr, "backend '", backend_name, "' returned a null Work for ",
+               collective_name(desc.kind), " #", desc.seq);
+  return work;
+}
+
+// Note [Async calls] (docs/comm.md, "Async calls"): a backend that finishes its calls inside
+// run() (shm, ucx, hier, mpi) would give an async call no overlap at all: the caller would
+// return only once the collective finished. So such a call goes to the group's communication
+// thread, which runs the calls in the order they were made (the sequence numbers and the
+// checks above were taken on the caller's thread, in that order), and the caller gets an
+// AsyncWork that the thread completes with the call's result. A blocking call first waits for
+// the queue to run out, so the backend still sees one call at a time in sequence order. The
+// AsyncWork's own deadline, (calls queued before it + 1) x the call's timeout, only backs up
+// the backend's: every call ends by its own deadline with the backend's error.
+std::shared_ptr<Work> ProcessGroup::Impl::submit_on_call_thread(CollectiveDesc desc,
+                                                                const CallRecord& rec,
+                                                                std::function<void()> then) {
+  if (!call_thread) call_thread = std::make_unique<CallThread>();
+  const auto ahead = static_cast<int64_t>(call_thread->pending());
+  auto work = std::make_shared<AsyncWork>(std::string(collective_name(desc.kind)) + " #" +
+                                              std::to_string(desc.seq) + " on " + describe(),
+                                          desc.timeout * (ahead + 1));
+  std::vector<Tensor> held;
+  for (const Tensor* t : rec.tensors) {
+    if (t) held.push_back(*t);
+  }
+  call_thread->post([this, desc, then = std::move(then), work, held = std::move(held)] {
+    std::exception_ptr error;
+    try {
+      run_on_backend(desc)->wait();  // throws the call's error
+      if (then) then();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->complete(error);
+  });
   return work;
 }
 

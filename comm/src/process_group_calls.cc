@@ -56,8 +56,9 @@ void check_blocks(const Tensor& big, const Tensor& block, int size, std::string_
               block.dim() >= 1 ? " or " + shape_str(concatenated) : std::string());
 }
 
-CallRecord record(const CollectiveDesc& d, const Shape* shape) {
-  return {shape, d.kind != Kind::kSend && d.kind != Kind::kRecv};
+CallRecord record(const CollectiveDesc& d, const Shape* shape, const Tensor* a = nullptr,
+                  const Tensor* b = nullptr) {
+  return {shape, d.kind != Kind::kSend && d.kind != Kind::kRecv, {a, b}};
 }
 
 CollectiveDesc desc_for(Kind kind, const Tensor& t, const CallOptions& o) {
@@ -88,7 +89,7 @@ std::shared_ptr<Work> ProcessGroup::all_reduce(Tensor& tensor, const CallOptions
   CollectiveDesc d = desc_for(Kind::kAllReduce, tensor, o);
   d.send = d.recv = tensor.data_ptr();
   d.count = tensor.numel();
-  return impl_->submit(d, o, record(d, &tensor.shape()));
+  return impl_->submit(d, o, record(d, &tensor.shape(), &tensor));
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int root, const CallOptions& o) {
@@ -100,7 +101,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(Tensor& tensor, int root, const Ca
   d.send = d.recv = tensor.data_ptr();
   d.count = tensor.numel();
   d.root = root;
-  return impl_->submit(d, o, record(d, &tensor.shape()));
+  return impl_->submit(d, o, record(d, &tensor.shape(), &tensor));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce(Tensor& tensor, int root, const CallOptions& o) {
@@ -112,7 +113,7 @@ std::shared_ptr<Work> ProcessGroup::reduce(Tensor& tensor, int root, const CallO
   d.send = d.recv = tensor.data_ptr();
   d.count = tensor.numel();
   d.root = root;
-  return impl_->submit(d, o, record(d, &tensor.shape()));
+  return impl_->submit(d, o, record(d, &tensor.shape(), &tensor));
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -135,7 +136,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather(std::vector<Tensor>& outputs, con
       out.copy_(block_of(staging, static_cast<int>(r), input));
     }
   };
-  return impl_->submit(d, o, record(d, &input.shape()), copy_out);
+  return impl_->submit(d, o, record(d, &input.shape(), &input), copy_out);
 }
 
 std::shared_ptr<Work> ProcessGroup::all_gather_into(Tensor& output, const Tensor& input,
@@ -150,7 +151,7 @@ std::shared_ptr<Work> ProcessGroup::all_gather_into(Tensor& output, const Tensor
   d.send = input.data_ptr();
   d.recv = output.data_ptr();
   d.count = input.numel();
-  return impl_->submit(d, o, record(d, &input.shape()));
+  return impl_->submit(d, o, record(d, &input.shape(), &input, &output));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor& output,
@@ -170,7 +171,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(Tensor& output,
   d.recv = output.data_ptr();
   d.count = output.numel();
   auto keep_alive = [staging] {};
-  return impl_->submit(d, o, record(d, &output.shape()), keep_alive);
+  return impl_->submit(d, o, record(d, &output.shape(), &output), keep_alive);
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter_from(Tensor& output, const Tensor& input,
@@ -185,7 +186,7 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter_from(Tensor& output, const Te
   d.send = input.data_ptr();
   d.recv = output.data_ptr();
   d.count = output.numel();
-  return impl_->submit(d, o, record(d, &output.shape()));
+  return impl_->submit(d, o, record(d, &output.shape(), &input, &output));
 }
 
 std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor& output, const Tensor& input,
@@ -203,7 +204,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor& output, const Tensor& inp
   d.send = input.data_ptr();
   d.recv = output.data_ptr();
   d.count = input.numel() / size();
-  return impl_->submit(d, o, record(d, &input.shape()));
+  return impl_->submit(d, o, record(d, &input.shape(), &input, &output));
 }
 
 namespace {
@@ -266,7 +267,7 @@ std::shared_ptr<Work> ProcessGroup::all_to_all(Tensor& output, const Tensor& inp
   d.count = row;  // the same on every rank, unlike the splits
   counts_and_offsets(in_splits, row, d.send_counts, d.send_offsets);
   counts_and_offsets(out_splits, row, d.recv_counts, d.recv_offsets);
-  return impl_->submit(d, o, record(d, &in_rest));
+  return impl_->submit(d, o, record(d, &in_rest, &input, &output));
 }
 
 std::shared_ptr<Work> ProcessGroup::gather(std::vector<Tensor>& outputs, const Tensor& input,
@@ -279,7 +280,7 @@ std::shared_ptr<Work> ProcessGroup::gather(std::vector<Tensor>& outputs, const T
   d.send = input.data_ptr();
   d.count = input.numel();
   d.root = root;
-  if (rank() != root) return impl_->submit(d, o, record(d, &input.shape()));
+  if (rank() != root) return impl_->submit(d, o, record(d, &input.shape(), &input));
   check_list_size(outputs.size(), size(), op, "outputs (on the root)");
   for (size_t r = 0; r < outputs.size(); ++r) {
     check_like(outputs[r], input, op, "outputs[" + std::to_string(r) + "]", "input");
@@ -292,7 +293,7 @@ std::shared_ptr<Work> ProcessGroup::gather(std::vector<Tensor>& outputs, const T
       out.copy_(block_of(staging, static_cast<int>(r), input));
     }
   };
-  return impl_->submit(d, o, record(d, &input.shape()), copy_out);
+  return impl_->submit(d, o, record(d, &input.shape(), &input), copy_out);
 }
 
 std::shared_ptr<Work> ProcessGroup::scatter(Tensor& output, const std::vector<Tensor>& inputs,
@@ -305,7 +306,7 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor& output, const std::vector<Te
   d.recv = output.data_ptr();
   d.count = output.numel();
   d.root = root;
-  if (rank() != root) return impl_->submit(d, o, record(d, &output.shape()));
+  if (rank() != root) return impl_->submit(d, o, record(d, &output.shape(), &output));
   check_list_size(inputs.size(), size(), op, "inputs (on the root)");
   for (size_t r = 0; r < inputs.size(); ++r) {
     check_like(inputs[r], output, op, "inputs[" + std::to_string(r) + "]", "output");
@@ -314,7 +315,7 @@ std::shared_ptr<Work> ProcessGroup::scatter(Tensor& output, const std::vector<Te
   for (int r = 0; r < size(); ++r) block_of(staging, r, output).copy_(inputs[r]);
   d.send = staging.data_ptr();
   auto keep_alive = [staging] {};
-  return impl_->submit(d, o, record(d, &output.shape()), keep_alive);
+  return impl_->submit(d, o, record(d, &output.shape(), &output), keep_alive);
 }
 
 std::shared_ptr<Work> ProcessGroup::barrier(const CallOptions& o) {
@@ -337,7 +338,7 @@ std::shared_ptr<Work> ProcessGroup::send(const Tensor& tensor, int peer, int64_t
   d.count = tensor.numel();
   d.peer = peer;
   d.tag = tag;
-  return impl_->submit(d, o, record(d, &tensor.shape()));
+  return impl_->submit(d, o, record(d, &tensor.shape(), &tensor));
 }
 
 std::shared_ptr<Work> ProcessGroup::recv(Tensor& tensor, int peer, int64_t tag,
@@ -352,7 +353,7 @@ std::shared_ptr<Work> ProcessGroup::recv(Tensor& tensor, int peer, int64_t tag,
   d.count = tensor.numel();
   d.peer = peer;
   d.tag = tag;
-  return impl_->submit(d, o, record(d, &tensor.shape()));
+  return impl_->submit(d, o, record(d, &tensor.shape(), &tensor));
 }
 
 namespace {

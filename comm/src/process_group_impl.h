@@ -4,6 +4,7 @@
 // process_group_exchange.cc: the store exchanges (create / new_group agreement, debug mode).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "braid/comm/process_group.h"
 #include "braid/comm/store.h"
+#include "call_thread.h"
 
 namespace braid {
 
@@ -23,6 +25,11 @@ namespace braid {
 struct CallRecord {
   const Shape* shape = nullptr;    // the caller's tensor shape; lives until submit returns
   bool check_across_ranks = true;  // false for send / recv (pairs, not the whole group)
+  // The tensors whose memory the call reads or writes (null: none), live until submit returns.
+  // An async call on the group's communication thread holds them until it finished, as
+  // torch's Work holds its tensors, so a temporary passed to an async call stays valid (Note
+  // [Async calls]). Staging buffers and list outputs are held by `then` instead.
+  std::array<const Tensor*, 2> tensors{};
 };
 
 // "all_reduce dtype=float32 count=6 op=sum shape=[2, 3]"
@@ -45,6 +52,9 @@ struct ProcessGroup::Impl {
   // The backend's capabilities as bit sets (by enum value), filled by make_backend().
   uint64_t kind_bits = 0, dtype_bits = 0, device_bits = 0;
   std::atomic<uint64_t> children{0};
+  // Runs AsyncOp::kYes calls where the backend runs_on_any_thread; started by the first such
+  // call. Declared after `backend`, so it is destroyed (its queue run out) before the backend.
+  std::unique_ptr<CallThread> call_thread;
 
   bool member() const { return rank >= 0; }
   // "group 0 (world ranks [0, 1, 2])"
@@ -56,10 +66,18 @@ struct ProcessGroup::Impl {
   void make_backend();
 
   // The choke point (STYLE.md rule 2): capability checks, sequence number, signature,
-  // timeout, debug-mode cross-rank check, backend.run, and the wait for AsyncOp::kNo.
+  // timeout, debug-mode cross-rank check, backend.run (on call_thread for an async call where
+  // the backend allows it, after the async calls before it otherwise), and the wait for
+  // AsyncOp::kNo.
   // `then` (optional) runs after the backend's Work succeeded: copies out of staging buffers.
   std::shared_ptr<Work> submit(CollectiveDesc desc, const CallOptions& o, const CallRecord& rec,
                                std::function<void()> then = {});
+
+  // backend->run(desc), never null.
+  std::shared_ptr<Work> run_on_backend(const CollectiveDesc& desc);
+  // Note [Async calls]: queues the call on call_thread; returns the Work it completes.
+  std::shared_ptr<Work> submit_on_call_thread(CollectiveDesc desc, const CallRecord& rec,
+                                              std::function<void()> then);
 
   void check_capabilities(const CollectiveDesc& desc) const;
   std::chrono::milliseconds resolve_timeout(const CallOptions& o) const;

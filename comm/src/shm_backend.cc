@@ -176,6 +176,7 @@ BackendCapabilities ShmGroup::make_capabilities(bool can_allocate) {
   }
   c.point_to_point = true;
   c.can_allocate_shared = can_allocate;
+  c.runs_on_any_thread = true;  // run() finishes every call; `mu_` admits one at a time
   return c;
 }
 

@@ -207,6 +207,11 @@ void GroupRun::run() {
       barrier();
     }
   }
+  if (wants("async") && !dtypes_.empty() && supports(CollectiveKind::kAllReduce) &&
+      supports(CollectiveKind::kBroadcast) && supports(CollectiveKind::kAllGather) &&
+      supports(CollectiveKind::kBarrier)) {
+    async_queue();
+  }
 }
 
 Tensor input_tensor(const Source& s, int rank, int64_t begin, Shape shape) {

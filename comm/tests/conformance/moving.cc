@@ -3,6 +3,7 @@
 // scatter, send / recv in a ring with two tags, and barrier. Each in the placements the front
 // offers: tensor calls, list and one-buffer forms, raw descriptors for in-place and
 // out-of-place where the tensor calls have only one of them.
+#include <algorithm>
 #include <cstring>
 
 #include "suite.h"
@@ -315,6 +316,43 @@ void GroupRun::send_recv(DType dtype, int64_t count) {
   });
   expect(c, in1.data_ptr(), input_bytes(s, prev, 0, count), "tag 1");
   expect(c, in2.data_ptr(), input_bytes(s, prev, count, second), "tag 2");
+}
+
+// Async calls queued back to back, then a blocking one (docs/comm.md, "Async calls"): on a
+// backend that runs_on_any_thread the async ones run on the group's communication thread and
+// the blocking one waits for them; every result exact, every Work waited on only at the end.
+void GroupRun::async_queue() {
+  auto summable = std::find_if(dtypes_.begin(), dtypes_.end(),
+                               [](DType d) { return op_allowed(ReduceOp::kSum, d); });
+  if (summable == dtypes_.end()) return;
+  const DType dtype = *summable;
+  const int64_t count = 4099;
+  const int root = n_ - 1;
+  const Source s = source(dtype);
+  Case c{"async",        "all_reduce, broadcast, all_gather list async, then a blocking barrier",
+         dtype,          count,
+         ReduceOp::kSum, root};
+  Tensor reduced = input_tensor(s, me_, 0, {count});
+  Tensor broadcasted =
+      me_ == root ? input_tensor(s, root, count, {count}) : sentinel_tensor(dtype, {count});
+  const Tensor in = input_tensor(s, me_, 2 * count, {count});
+  std::vector<Tensor> gathered;
+  for (int r = 0; r < n_; ++r) gathered.push_back(sentinel_tensor(dtype, {count}));
+  call(c, [&] {
+    auto a = pg_.all_reduce(reduced, async_call());  // the default op: sum
+    auto b = pg_.broadcast(broadcasted, root, async_call());
+    auto g = pg_.all_gather(gathered, in, async_call());
+    pg_.barrier();
+    a->wait();
+    b->wait();
+    g->wait();
+  });
+  expect(c, reduced.data_ptr(), reduce_reference(s, ReduceOp::kSum, 0, count), "all_reduce");
+  expect(c, broadcasted.data_ptr(), input_bytes(s, root, count, count), "broadcast");
+  for (int r = 0; r < n_; ++r) {
+    expect(c, gathered[r].data_ptr(), input_bytes(s, r, 2 * count, count),
+           "all_gather outputs[" + std::to_string(r) + "]");
+  }
 }
 
 void GroupRun::barrier() {

@@ -89,6 +89,7 @@ class GroupRun {
   void scatter(DType dtype, int64_t count);
   void send_recv(DType dtype, int64_t count);
   void barrier();
+  void async_queue();
 
  private:
   bool wants(std::string_view collective) const;

@@ -22,6 +22,11 @@ struct BackendCapabilities {
   std::vector<CollectiveKind> collectives;  // what it implements
   bool point_to_point = false;              // send / recv
   bool can_allocate_shared = false;         // allocate() hands out zero-copy buffers
+  // run() finishes the call before it returns, and any thread may call it (one call at a time
+  // per group): the front then runs AsyncOp::kYes calls on the group's own communication
+  // thread, so that they overlap the caller's work (docs/comm.md, "Async calls"). A backend
+  // with progress of its own (a GPU stream) leaves it false and returns its pending Work.
+  bool runs_on_any_thread = false;
 };
 
 // How a backend is created for a group.
