@@ -31,13 +31,7 @@ std::vector<std::string> backends() {
 
 std::shared_ptr<ProcessGroup> group(const std::string& backend, int rank, int size,
                                     std::shared_ptr<Store> store, milliseconds timeout) {
-  ProcessGroupOptions o;
-  o.backend = backend;
-  o.store = std::move(store);
-  o.rank = rank;
-  o.size = size;
-  o.timeout = timeout;
-  return ProcessGroup::create(o);
+  return testing::make_group(rank, size, std::move(store), backend, timeout);
 }
 
 CallOptions async_call() {
