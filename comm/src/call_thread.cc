@@ -7,54 +7,68 @@
 
 namespace braid {
 
-CallThread::CallThread() : thread_([this] { loop(); }) {}
+CallThread::CallThread() : thread_([state = state_] { loop(state); }) {}
 
 CallThread::~CallThread() {
+  const bool on_thread = std::this_thread::get_id() == thread_.get_id();
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+    state_->abandoned = on_thread;
   }
-  work_cv_.notify_one();
-  thread_.join();
+  state_->work_cv.notify_one();
+  if (on_thread) {
+    thread_.detach();  // loop() holds the state and ends once the running task returns
+  } else {
+    thread_.join();
+  }
 }
 
 void CallThread::post(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back(std::move(task));
-    ++unfinished_;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->tasks.push_back(std::move(task));
+    ++state_->unfinished;
   }
-  work_cv_.notify_one();
+  state_->work_cv.notify_one();
 }
 
 size_t CallThread::pending() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return unfinished_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->unfinished;
 }
 
 void CallThread::drain(std::chrono::milliseconds timeout, const std::string& what) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const size_t before = unfinished_;
-  BRAID_CHECK(idle_cv_.wait_for(lock, timeout, [&] { return unfinished_ == 0; }), kTimeout, what,
-              ": ", unfinished_, " of the ", before,
+  State& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const size_t before = s.unfinished;
+  BRAID_CHECK(s.idle_cv.wait_for(lock, timeout, [&] { return s.unfinished == 0; }), kTimeout, what,
+              ": ", s.unfinished, " of the ", before,
               " async calls queued before it did not finish within ", timeout.count(), " ms");
 }
 
-void CallThread::loop() {
-  std::unique_lock<std::mutex> lock(mu_);
+void CallThread::loop(const std::shared_ptr<State>& state) {
+  State& s = *state;
+  std::unique_lock<std::mutex> lock(s.mu);
   for (;;) {
     // Every wait on this thread is bounded: a task ends by its collective's deadline, and the
     // queue is only waited on while there is nothing to do (the destructor wakes it).
-    work_cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;  // stop_ and nothing left: the destructor runs what is queued
-    std::function<void()> task = std::move(tasks_.front());
-    tasks_.pop_front();
+    s.work_cv.wait(lock, [&] { return s.stop || !s.tasks.empty(); });
+    if (s.abandoned) {
+      std::deque<std::function<void()>> dropped;
+      dropped.swap(s.tasks);
+      lock.unlock();
+      return;  // `dropped` goes here, off the lock
+    }
+    if (s.tasks.empty()) return;  // stop and nothing left: the destructor runs what is queued
+    std::function<void()> task = std::move(s.tasks.front());
+    s.tasks.pop_front();
     lock.unlock();
     task();
     task = nullptr;  // release what the task held (buffers, staging) before it counts as done
     lock.lock();
-    --unfinished_;
-    if (unfinished_ == 0) idle_cv_.notify_all();
+    --s.unfinished;
+    if (s.unfinished == 0) s.idle_cv.notify_all();
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -18,7 +19,10 @@ namespace braid {
 class CallThread {
  public:
   CallThread();
-  // Runs what is still queued (each task ends by its collective's deadline), then joins.
+  // Runs what is still queued (each task ends by its collective's deadline), then joins. On
+  // the thread itself (a task let go of the last reference to the group that owns this, e.g.
+  // through a shared-memory tensor's deleter) it cannot join: the thread is detached and drops
+  // the tasks still queued, whose Works then end at their own deadlines.
   ~CallThread();
   CallThread(const CallThread&) = delete;
   CallThread& operator=(const CallThread&) = delete;
@@ -32,14 +36,19 @@ class CallThread {
   void drain(std::chrono::milliseconds timeout, const std::string& what);
 
  private:
-  void loop();
+  // What the thread uses; shared, so that a detached thread never touches a destroyed object.
+  struct State {
+    std::mutex mu;
+    std::condition_variable work_cv, idle_cv;
+    std::deque<std::function<void()>> tasks;
+    size_t unfinished = 0;  // queued plus the one running
+    bool stop = false;
+    bool abandoned = false;  // destroyed from the thread itself: drop the rest and end
+  };
+  static void loop(const std::shared_ptr<State>& state);
 
-  std::mutex mu_;
-  std::condition_variable work_cv_, idle_cv_;
-  std::deque<std::function<void()>> tasks_;
-  size_t unfinished_ = 0;  // queued plus the one running
-  bool stop_ = false;
-  std::thread thread_;  // last: started once every member above exists
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+  std::thread thread_;  // last: started once state_ exists
 };
 
 }  // namespace braid

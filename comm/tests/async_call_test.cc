@@ -4,13 +4,16 @@
 // them, errors reach the Work, and a group destroyed with calls queued runs them out first.
 // Ranks are forked processes; the backends are shm and, where this build has it, ucx.
 #include <chrono>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "braid/comm/backend.h"
 #include "braid/comm/process_group.h"
+#include "braid/comm/shared_tensor.h"
 #include "braid/core/config.h"
 #include "braid/core/error.h"
 #include "comm_test_util.h"
@@ -170,6 +173,40 @@ TEST_P(AsyncCalls, AGroupLetGoRunsItsQueuedCallsFirst) {
     }
     for (int k = 0; k < 4; ++k) {
       EXPECT_TRUE(all_equal(sums[k], static_cast<float>(3 + 2 * k))) << "all_reduce " << k;
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// A shared-memory tensor's deleter holds its group, so when the caller lets go of both during an
+// async call, the call thread drops the group's last reference as it releases the tensor it
+// held: the group is then destroyed on its own communication thread, which must not try to
+// join itself (it detaches instead; call_thread.h).
+TEST(AsyncCallsShm, AGroupWhoseLastReferenceGoesOnItsOwnThreadEndsCleanly) {
+  auto result = run_processes(2, [&](int rank, int size, std::shared_ptr<Store> store) {
+    auto pg = group("shm", rank, size, store, milliseconds(20000));
+    ASSERT_TRUE(pg->backend().capabilities().can_allocate_shared);
+    Tensor t = empty_shared(pg, {50000}, DType::kF32);
+    auto* p = static_cast<float*>(t.data_ptr());
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<float>(rank + 1);
+    if (rank == 0) {
+      auto work = pg->all_reduce(t, async_call());
+      std::weak_ptr<ProcessGroup> watch = pg;
+      t = Tensor();
+      pg.reset();  // the held tensor's deleter now holds the last reference
+      store->set("go", std::string("1"));
+      EXPECT_TRUE(work->wait());
+      // The group goes on the call thread once the call finished; this rank stays until then
+      // (a crash there must end this rank, not go unseen after it reported).
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!watch.expired() && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      EXPECT_TRUE(watch.expired()) << "the group still exists 10 s after its last call";
+    } else {
+      store->get("go");
+      pg->all_reduce(t);
+      EXPECT_TRUE(all_equal(t, 3.0f));
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
