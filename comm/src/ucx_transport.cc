@@ -133,9 +133,9 @@ struct Lane {
   int efd = -1;
   ucs_status_t error = UCS_OK;  // set by `ep`'s error callback: the peer is lost
   int abandoned = 0;            // requests destroyed unfinished (an error or timeout)
-  bool unchecked = false;       // opened with a data endpoint
-  bool torn_down = false;       // its worker is destroyed (Note [Unchecked data])
-  ucp_ep_h send_ep() const { return unchecked ? data_ep : ep; }
+  ucp_ep_h send_ep() const { return data_ep ? data_ep : ep; }
+  // Its worker is destroyed (Note [Unchecked data], or shut-down), with every request on it.
+  bool torn_down() const { return worker == nullptr; }
 };
 
 // Note [Unchecked data]: with BRAID_UCX_UNCHECKED_DATA=1 each lane to another rank has two
@@ -182,7 +182,6 @@ void tear_down(Lane& lane) {
   ucp_worker_destroy(lane.worker);
   lane.worker = nullptr;
   lane.efd = -1;
-  lane.torn_down = true;
   if (lane.error == UCS_OK) lane.error = UCS_ERR_CANCELED;
 }
 
@@ -233,10 +232,10 @@ class UcxRequest final : public p2p::Request {
     if (!state_.done) abandon();
     // After free, UCX calls no callback, so state_ may go. A torn-down lane's worker took its
     // requests with it (Note [Unchecked data]).
-    if (!lane_.torn_down) ucp_request_free(handle_);
+    if (!lane_.torn_down()) ucp_request_free(handle_);
   }
   bool test() override {
-    if (!state_.done && !lane_.torn_down) ucp_worker_progress(lane_.worker);
+    if (!state_.done && !lane_.torn_down()) ucp_worker_progress(lane_.worker);
     return state_.done;
   }
   size_t received() const override { return state_.length; }
@@ -279,12 +278,12 @@ class UcxRequest final : public p2p::Request {
 
 void UcxRequest::abandon() {
   ++lane_.abandoned;
-  if (lane_.torn_down) return;
+  if (lane_.torn_down()) return;
   const bool peer_failed = lane_.error != UCS_OK && lane_.error != UCS_ERR_CANCELED;
   ucp_request_cancel(lane_.worker, handle_);
   ucp_worker_progress(lane_.worker);
   if (state_.done) return;
-  if (lane_.unchecked) {
+  if (lane_.data_ep) {  // Note [Unchecked data]
     tear_down(lane_);
     return;
   }
@@ -362,7 +361,7 @@ class UcxTransport final : public p2p::Transport {
 
   std::unique_ptr<p2p::Request> irecv(int peer, uint64_t tag, void* data, size_t bytes) override {
     Lane& lane = lane_of(peer, "irecv");
-    BRAID_CHECK(!lane.torn_down, kPeerLost, "ucx transport irecv: the lane to peer ",
+    BRAID_CHECK(!lane.torn_down(), kPeerLost, "ucx transport irecv: the lane to peer ",
                 peer_text({peer}), " was torn down after an operation on it was abandoned");
     auto req = std::make_unique<UcxRequest>(lane, peer, abandon_deadline_);
     ucp_request_param_t p = params(req->state());
@@ -503,7 +502,6 @@ void UcxTransport::start() {
           data.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
           data.address = ep.address;
           check_ucs(ucp_ep_create(lane.worker, &data, &lane.data_ep), "ucp_ep_create (data)");
-          lane.unchecked = true;
         }
         break;
       }
@@ -565,7 +563,7 @@ void UcxTransport::shut_down() {
 void UcxTransport::block(const std::vector<int>& peers, Clock::time_point deadline) {
   std::vector<pollfd> fds;
   for (int q : peers) {
-    if (lanes_[q].torn_down) continue;
+    if (lanes_[q].torn_down()) continue;
     if (std::any_of(fds.begin(), fds.end(), [&](const pollfd& f) { return f.fd == lanes_[q].efd; }))
       continue;
     const ucs_status_t st = ucp_worker_arm(lanes_[q].worker);
