@@ -150,9 +150,7 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
   // Note [Async calls]: the backend runs one call at a time, in sequence order; a call made
   // here waits for the async calls queued before it (only this thread queues calls).
   if (const size_t queued = call_thread ? call_thread->pending() : 0; queued > 0) {
-    call_thread->drain(desc.timeout * static_cast<int64_t>(queued + 1),
-                       std::string(collective_name(desc.kind)) + " #" + std::to_string(desc.seq) +
-                           " on " + describe());
+    call_thread->drain(desc.timeout * static_cast<int64_t>(queued + 1), call_name(desc));
   }
   std::shared_ptr<Work> work = run_on_backend(desc);
   if (then) work = then_work(std::move(work), std::move(then));
@@ -163,6 +161,11 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const Call
                 describe(), " did not complete within ", desc.timeout.count(), " ms");
   }
   return work;
+}
+
+std::string ProcessGroup::Impl::call_name(const CollectiveDesc& desc) const {
+  return std::string(collective_name(desc.kind)) + " #" + std::to_string(desc.seq) + " on " +
+         describe();
 }
 
 std::shared_ptr<Work> ProcessGroup::Impl::run_on_backend(const CollectiveDesc& desc) {
@@ -186,23 +189,22 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit_on_call_thread(CollectiveDesc d
                                                                 std::function<void()> then) {
   if (!call_thread) call_thread = std::make_unique<CallThread>();
   const auto ahead = static_cast<int64_t>(call_thread->pending());
-  auto work = std::make_shared<AsyncWork>(std::string(collective_name(desc.kind)) + " #" +
-                                              std::to_string(desc.seq) + " on " + describe(),
-                                          desc.timeout * (ahead + 1));
+  auto work = std::make_shared<AsyncWork>(call_name(desc), desc.timeout * (ahead + 1));
   std::vector<Tensor> held;
   for (const Tensor* t : rec.tensors) {
     if (t) held.push_back(*t);
   }
-  call_thread->post([this, desc, then = std::move(then), work, held = std::move(held)] {
-    std::exception_ptr error;
-    try {
-      run_on_backend(desc)->wait();  // throws the call's error
-      if (then) then();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    work->complete(error);
-  });
+  call_thread->post(
+      [this, desc = std::move(desc), then = std::move(then), work, held = std::move(held)] {
+        std::exception_ptr error;
+        try {
+          run_on_backend(desc)->wait();  // throws the call's error
+          if (then) then();
+        } catch (...) {
+          error = std::current_exception();
+        }
+        work->complete(error);
+      });
   return work;
 }
 

@@ -73,6 +73,8 @@ struct ProcessGroup::Impl {
   std::shared_ptr<Work> submit(CollectiveDesc desc, const CallOptions& o, const CallRecord& rec,
                                std::function<void()> then = {});
 
+  // "all_reduce #5 on group 0 (world ranks [0, 1])": a call in the async path's messages.
+  std::string call_name(const CollectiveDesc& desc) const;
   // backend->run(desc), never null.
   std::shared_ptr<Work> run_on_backend(const CollectiveDesc& desc);
   // Note [Async calls]: queues the call on call_thread; returns the Work it completes.
