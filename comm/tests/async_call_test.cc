@@ -4,13 +4,16 @@
 // them, errors reach the Work, and a group destroyed with calls queued runs them out first.
 // Ranks are forked processes; the backends are shm and, where this build has it, ucx.
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "../src/call_thread.h"
 #include "braid/comm/backend.h"
 #include "braid/comm/process_group.h"
 #include "braid/comm/shared_tensor.h"
@@ -210,6 +213,40 @@ TEST(AsyncCallsShm, AGroupWhoseLastReferenceGoesOnItsOwnThreadEndsCleanly) {
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// The backstop on a blocking call's wait for the queue: past its timeout, kTimeout naming the
+// call and how many queued calls were still unfinished; the queue then still runs out.
+TEST(CallThread, DrainPastItsTimeoutIsATimeoutNamingTheCall) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, ran_second = false;
+  {
+    CallThread thread;
+    thread.post([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return release; });
+    });
+    thread.post([&] { ran_second = true; });
+    EXPECT_EQ(thread.pending(), 2u);
+    try {
+      thread.drain(milliseconds(50), "all_reduce #3 on group 0");
+      ADD_FAILURE() << "drain returned with a task still blocked";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kTimeout);
+      EXPECT_NE(std::string(e.what()).find("all_reduce #3 on group 0: 2 of the 2 async calls"),
+                std::string::npos)
+          << e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+    thread.drain(milliseconds(10000), "barrier #4 on group 0");
+    EXPECT_EQ(thread.pending(), 0u);
+  }
+  EXPECT_TRUE(ran_second);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AsyncCalls, ::testing::ValuesIn(backends()),
