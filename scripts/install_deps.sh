@@ -24,7 +24,9 @@ APT_PACKAGES=(
 # Python packages for the python3 on PATH. When that interpreter is Debian's own
 # (externally managed), numpy comes from python3-numpy above so python3-torch keeps the
 # numpy it was built against.
-PIP_PACKAGES=(numpy safetensors ml_dtypes)
+# libucx-cu12: UCX 1.22 as PyPI's libucx wheel ships it, a second UCX library that
+# tests/ucx_versions runs braid's UCX tests against (docs/ucx.md, "UCX versions").
+PIP_PACKAGES=(numpy safetensors ml_dtypes "libucx-cu12==1.22.0")
 # Extra Python packages for Debian's /usr/bin/python3 (the one with python3-torch), whichever
 # python3 is on PATH.
 # transformers: the GPT interop test (tests/interop/gpt_transformers.py) and the goldens of
@@ -61,6 +63,7 @@ fi
 import_name() {
   case "$1" in
     ml_dtypes) echo ml_dtypes ;;
+    libucx-cu12*) echo libucx ;;
     *)
       local name=${1%%[=<>]*} # "transformers==4.40.2" imports as transformers
       echo "${name//-/_}"

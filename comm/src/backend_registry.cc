@@ -105,4 +105,18 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
+std::string communication_report() {
+  std::ostringstream out;
+  out << "comm backends:";
+  for (const std::string& name : backend_names()) out << ' ' << name;
+  out << "\n";
+#if BRAID_HAVE_UCX
+  out << "ucx: " << ucx_library_version() << "\n";
+#endif
+#if BRAID_HAVE_MPI
+  out << "mpi: " << mpi_library_version() << "\n";
+#endif
+  return out.str();
+}
+
 }  // namespace braid

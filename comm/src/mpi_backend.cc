@@ -6,7 +6,9 @@
 
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -373,6 +375,15 @@ void register_mpi_backend() {
   register_backend("mpi", [](const BackendContext& context) -> std::unique_ptr<Backend> {
     return std::make_unique<mpi::MpiGroup>(context);
   });
+}
+
+std::string mpi_library_version() {
+  char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown";
+  std::string version(text, strnlen(text, std::min<size_t>(std::max(length, 0), sizeof(text))));
+  version = version.substr(0, version.find_first_of("\r\n"));
+  return version.substr(0, version.find_last_not_of(" \t,") + 1);
 }
 
 }  // namespace braid

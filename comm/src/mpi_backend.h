@@ -24,6 +24,10 @@ namespace braid {
 // Registers "mpi" with the backend registry; called by comm/src/backend_registry.cc.
 void register_mpi_backend();
 
+// The MPI library's own name for itself (MPI_Get_library_version, its first line: "Open MPI
+// v4.1.4, package: ..."), for the environment report; callable before MPI_Init.
+std::string mpi_library_version();
+
 namespace mpi {
 
 // One call in flight on this rank: the descriptor, its deadline, and the scratch buffers it

@@ -11,6 +11,7 @@
 // them.
 #include "ucx_transport.h"
 
+#include <dlfcn.h>
 #include <poll.h>
 #include <sched.h>
 #include <ucp/api/ucp.h>
@@ -199,23 +200,32 @@ void check_ucs(ucs_status_t status, const char* what) {
 // ucx_perftest `-e` message 6.9-8.5 GB/s between the namespaces against 4.8-5.9 with the
 // defaults (256 KiB: 6.2-7.7, 1 MiB: 7.2-7.4, 2 MiB: 5.1-5.6; docs/performance.md).
 struct UcxDefault {
-  const char* key;  // as ucp_config_modify takes it: a transport's key without its prefix
-  const char* env;  // the variable that, when set, keeps the job's own value
+  const char* key;           // as UCX 1.13's ucp_config_modify takes it: without the prefix
+  const char* prefixed_key;  // as later UCX takes it (1.22 refuses `key`): with the prefix
+  const char* env;           // the variable that, when set, keeps the job's own value
   const char* value;
 };
 constexpr UcxDefault kUcxDefaults[] = {
-    {"TX_SEG_SIZE", "UCX_TCP_TX_SEG_SIZE", "512K"},
-    {"RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "512K"},
+    {"TX_SEG_SIZE", "TCP_TX_SEG_SIZE", "UCX_TCP_TX_SEG_SIZE", "512K"},
+    {"RX_SEG_SIZE", "TCP_RX_SEG_SIZE", "UCX_TCP_RX_SEG_SIZE", "512K"},
 };
 
-// ucp_config_modify keeps a key it does not know itself for the transports, which apply it
-// when UCX opens them (`ucp_ep_print_info` shows it: with 512 KiB tcp sends eagerly up to
-// 524281 bytes); it overrides the environment, so only keys the job leaves unset are given.
-// Only tcp has these two keys; other transports ignore them.
+// UCX 1.13's ucp_config_modify keeps a key it does not know itself for the transports, which
+// apply it when UCX opens them (`ucp_ep_print_info` shows it: with 512 KiB tcp sends eagerly up
+// to 524281 bytes), and it accepts any key that way, but the transports only match the key
+// without its "TCP_" (they warn "invalid configurations" about the prefixed one). Later UCX
+// (1.22 from PyPI's libucx wheels) matches a transport's key with its prefix and refuses the
+// other as an invalid parameter. So the key without the prefix goes first and the prefixed one
+// only where that is refused. It overrides the environment, so only keys the job leaves unset
+// are given. Only tcp has these keys; other transports ignore them.
 void apply_ucx_defaults(ucp_config_t* config) {
   for (const UcxDefault& d : kUcxDefaults) {
     if (std::getenv(d.env) != nullptr) continue;
-    check_ucs(ucp_config_modify(config, d.key, d.value), "ucp_config_modify");
+    if (ucp_config_modify(config, d.key, d.value) == UCS_OK) continue;
+    const ucs_status_t st = ucp_config_modify(config, d.prefixed_key, d.value);
+    BRAID_CHECK(st == UCS_OK, kInternal, "ucx transport: UCX takes neither ", d.key, " nor ",
+                d.prefixed_key, " as a setting (braid's default ", d.env, "=", d.value, "; set ",
+                d.env, " to choose it yourself): ", ucs_status_string(st));
   }
 }
 
@@ -642,6 +652,18 @@ void UcxTransport::wait_all(std::vector<std::unique_ptr<p2p::Request>>& requests
 
 std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx) {
   return std::make_unique<UcxTransport>(ctx);
+}
+
+std::string ucx_library_version() {
+  std::ostringstream out;
+  out << ucp_get_version_string() << " (built against " << UCP_API_MAJOR << '.' << UCP_API_MINOR;
+  Dl_info where{};
+  if (dladdr(reinterpret_cast<void*>(&ucp_get_version_string), &where) != 0 &&
+      where.dli_fname != nullptr) {
+    out << "; " << where.dli_fname;
+  }
+  out << ')';
+  return out.str();
 }
 
 std::string describe_ucx_endpoint(p2p::Transport& transport, int peer) {

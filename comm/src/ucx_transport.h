@@ -22,4 +22,9 @@ std::unique_ptr<p2p::Transport> make_ucx_transport(const BackendContext& ctx);
 // make_ucx_transport; anything else is kInvalidArgument.
 std::string describe_ucx_endpoint(p2p::Transport& transport, int peer);
 
+// The UCX library this process runs on, for the environment report (docs/ucx.md, "UCX
+// versions"): "1.13.1 (built against 1.13; /lib/x86_64-linux-gnu/libucp.so.0)". The loaded
+// library may be newer than the headers braid was built with (UCP keeps its ABI within 1.x).
+std::string ucx_library_version();
+
 }  // namespace braid

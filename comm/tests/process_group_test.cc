@@ -7,11 +7,14 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <thread>
 
+#include "braid/comm/backend.h"
 #include "braid/comm/process_group.h"
 #include "braid/comm/work.h"
+#include "braid/core/config.h"
 #include "braid/core/environment.h"
 #include "braid/tensor/ops.h"
 #include "comm_test_util.h"
@@ -306,6 +309,30 @@ TEST(ProcessGroupChecks, UnknownBackendNamesTheAvailableOnes) {
   o.size = -1;
   expect_error([&] { ProcessGroup::create(o); }, ErrorKind::kInvalidArgument,
                {"both rank and size"});
+}
+
+// `braid env`'s communication lines (backend.h): every backend of the build, then the UCX and
+// MPI libraries as loaded, with the UCX version, the one braid was built against, and the file.
+TEST(CommunicationReport, NamesTheBackendsAndTheLoadedLibraries) {
+  const std::string report = communication_report();
+  std::string backends = "comm backends:";
+  for (const std::string& name : backend_names()) backends += " " + name;
+  EXPECT_EQ(report.substr(0, report.find('\n')), backends) << report;
+  EXPECT_NE(backends.find(" shm"), std::string::npos) << report;
+#if BRAID_HAVE_UCX
+  EXPECT_TRUE(std::regex_search(
+      report,
+      std::regex(
+          R"(\nucx: [0-9]+\.[0-9]+\.[0-9]+ \(built against 1\.[0-9]+; /[^)]*libucp\.so[^)]*\)\n)")))
+      << report;
+#else
+  EXPECT_EQ(report.find("ucx:"), std::string::npos) << report;
+#endif
+#if BRAID_HAVE_MPI
+  EXPECT_TRUE(std::regex_search(report, std::regex(R"(\nmpi: [^\n]*MPI[^\n]*[0-9]\n)"))) << report;
+#else
+  EXPECT_EQ(report.find("mpi:"), std::string::npos) << report;
+#endif
 }
 
 // ------------------------------------------------------------------ descriptor, seq, signature

@@ -63,4 +63,9 @@ void register_backend(std::string name, BackendFactory factory);
 std::unique_ptr<Backend> create_backend(std::string_view name, const BackendContext& context);
 std::vector<std::string> backend_names();
 
+// The communication part of `braid env`'s report: the backends of this build and the libraries
+// they run on as loaded in this process ("ucx: 1.13.1 (built against 1.13; <path>)", "mpi: Open
+// MPI v4.1.4, ..."), one "name: text" line each. Loads no transport and starts no MPI.
+std::string communication_report();
+
 }  // namespace braid
