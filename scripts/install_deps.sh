@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libucx-dev                                               # the ucx backend
   ucx-utils                                                # ucx_perftest: bench/netns/run.sh
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
+  slurmd slurmctld slurm-client munge                      # tests/multinode: jobs under a real srun
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
 )
 
