@@ -220,8 +220,7 @@ std::string choose_backend(const std::string& requested, const RankInfo& info) {
   auto built = [&](const char* n) {
     return std::find(names.begin(), names.end(), n) != names.end();
   };
-  const bool mpi_launcher = info.source == "openmpi" || info.source == "pmi";
-  if (mpi_launcher && built("mpi")) return "mpi";
+  if (info.mpi_launcher && built("mpi")) return "mpi";
   if (built("hier")) return "hier";
   if (built("mpi")) return "mpi";
   BRAID_FAIL(kNotSupported, "ProcessGroup: the job spans several nodes (world size ",

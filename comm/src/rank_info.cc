@@ -51,6 +51,7 @@ Field require(const std::optional<Field>& field, std::string_view name, std::str
 struct RawInfo {
   Field rank, world, local_rank, local_world, group_rank;
   std::string source;
+  bool mpi_launcher = false;
 };
 
 // Defaults when a launcher does not say: one node holding every rank, or, when only the
@@ -86,6 +87,7 @@ RawInfo read_openmpi() {
   fill_defaults(raw, read_int("OMPI_COMM_WORLD_LOCAL_RANK"), read_int("OMPI_COMM_WORLD_LOCAL_SIZE"),
                 std::nullopt);
   raw.source = "openmpi";
+  raw.mpi_launcher = true;
   return raw;
 }
 
@@ -97,6 +99,7 @@ RawInfo read_pmi() {
   fill_defaults(raw, read_first({"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}),
                 read_first({"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}), std::nullopt);
   raw.source = "pmi";
+  raw.mpi_launcher = true;
   return raw;
 }
 
@@ -153,6 +156,8 @@ RawInfo read_slurm() {
   if (!local_world) local_world = read_int("SLURM_NTASKS_PER_NODE");
   fill_defaults(raw, read_int("SLURM_LOCALID"), local_world, node);
   raw.source = "slurm";
+  const std::string mpi_type = get_env_string("SLURM_MPI_TYPE", "");  // srun --mpi=<plugin>
+  raw.mpi_launcher = !mpi_type.empty() && mpi_type != "none";
   return raw;
 }
 
@@ -212,6 +217,7 @@ RankInfo detect_rank_info() {
   info.local_world_size = raw.local_world.value;
   info.group_rank = raw.group_rank.value;
   info.source = raw.source;
+  info.mpi_launcher = raw.mpi_launcher;
   std::string addr = get_env_string("MASTER_ADDR", "");
   if (!addr.empty()) info.master_addr = addr;
   int64_t port = get_env_int("MASTER_PORT", info.master_port);

@@ -168,11 +168,12 @@ bool built(const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-RankInfo layout(int world, int local, const char* source) {
+RankInfo layout(int world, int local, const char* source, bool mpi_launcher = false) {
   RankInfo info;
   info.world_size = world;
   info.local_world_size = local;
   info.source = source;
+  info.mpi_launcher = mpi_launcher;
   return info;
 }
 
@@ -198,18 +199,26 @@ TEST(ChooseBackend, AutoOnSeveralNodesPrefersMpiUnderMpirunElseHier) {
   PatchEnvironment env{{"BRAID_BACKEND", "auto"}};
   const std::string launched = built("hier") ? "hier" : built("mpi") ? "mpi" : "";
   const std::string mpirun = built("mpi") ? "mpi" : launched;
-  for (const auto& [source, want] :
-       {std::pair<const char*, std::string>{"braid launch", launched}, {"openmpi", mpirun}}) {
+  // srun: "slurm"; srun --mpi=pmix: "slurm" with mpi_launcher set (SLURM_MPI_TYPE=pmix).
+  struct Case {
+    const char* source;
+    bool mpi_launcher;
+    std::string want;
+  };
+  for (const auto& [source, mpi_launcher, want] :
+       {Case{"braid launch", false, launched}, Case{"openmpi", true, mpirun},
+        Case{"slurm", false, launched}, Case{"slurm", true, mpirun}}) {
     if (want.empty()) {
       try {
-        choose_backend("auto", layout(4, 2, source));
+        choose_backend("auto", layout(4, 2, source, mpi_launcher));
         ADD_FAILURE() << "no error without a backend between nodes";
       } catch (const Error& e) {
         EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
         EXPECT_NE(std::string(e.what()).find("several nodes"), std::string::npos) << e.what();
       }
     } else {
-      EXPECT_EQ(choose_backend("auto", layout(4, 2, source)), want) << source;
+      EXPECT_EQ(choose_backend("auto", layout(4, 2, source, mpi_launcher)), want)
+          << source << (mpi_launcher ? " started for MPI" : "");
     }
   }
 }

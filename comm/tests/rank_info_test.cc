@@ -90,6 +90,7 @@ TEST(RankInfo, OpenMpiVariables) {
   EXPECT_EQ(info.local_world_size, 3);
   EXPECT_EQ(info.group_rank, 1);
   EXPECT_EQ(info.source, "openmpi");
+  EXPECT_TRUE(info.mpi_launcher);
 }
 
 TEST(RankInfo, PmiVariablesWithHydraLocalRank) {
@@ -103,6 +104,7 @@ TEST(RankInfo, PmiVariablesWithHydraLocalRank) {
   EXPECT_EQ(info.local_world_size, 2);
   EXPECT_EQ(info.group_rank, 1);
   EXPECT_EQ(info.source, "pmi");
+  EXPECT_TRUE(info.mpi_launcher);
 }
 
 TEST(RankInfo, PmiVariablesWithCrayLocalRank) {
@@ -129,6 +131,20 @@ TEST(RankInfo, SlurmVariables) {
   EXPECT_EQ(info.local_world_size, 1);  // node 3 is the ",1" after three nodes of 2
   EXPECT_EQ(info.group_rank, 3);
   EXPECT_EQ(info.source, "slurm");
+  EXPECT_FALSE(info.mpi_launcher);
+}
+
+// srun --mpi=<plugin> sets SLURM_MPI_TYPE in every task ("pmix", "pmi2", ...; "none" without
+// one): the job is then an MPI job, whose default backend on several nodes is mpi.
+TEST(RankInfo, SlurmWithAnMpiPluginIsAnMpiJob) {
+  for (const auto& [type, mpi] :
+       {std::pair<const char*, bool>{"pmix", true}, {"pmi2", true}, {"none", false}, {"", false}}) {
+    ClearEnvironment clear;
+    PatchEnvironment env{{"SLURM_PROCID", 1}, {"SLURM_NTASKS", 4}, {"SLURM_MPI_TYPE", type}};
+    RankInfo info = detect_rank_info();
+    EXPECT_EQ(info.source, "slurm") << type;
+    EXPECT_EQ(info.mpi_launcher, mpi) << "SLURM_MPI_TYPE=" << type;
+  }
 }
 
 TEST(RankInfo, SlurmStepVariablesWinOverJobVariables) {

@@ -13,8 +13,11 @@
 # braid's peer-lost error and srun exit non-zero within the deadline.
 # Each slurmd runs in its node's network namespace and in a mount namespace of its own with that
 # namespace's sysfs (so UCX sees braid0, as under `ip netns exec`) and the machine's cgroup
-# hierarchy bound back under it (slurmd reads it at start). Environment: BRAID_TIMEOUT (default
-# 30), NETNS_MIN_VETH_BYTES, NETNS_VERBOSE (netns_lib.sh). Exits 77 (ctest: skipped) where
+# hierarchy bound back under it (slurmd reads it at start), and a UTS namespace: each node has
+# its own hostname (braid-node0, braid-node1), /dev/shm and /tmp, which its ranks inherit.
+# Environment: SLURM_NETNS_SRUN_ARGS (more words for srun, e.g. --mpi=pmix for an MPI program,
+# whose OMPI_MCA_* settings pass through the environment), BRAID_TIMEOUT (default 30),
+# NETNS_MIN_VETH_BYTES, NETNS_VERBOSE (netns_lib.sh). Exits 77 (ctest: skipped) where
 # namespaces cannot be made or Slurm or munge is not installed.
 set -u
 nproc=$1 expect=$2
@@ -82,9 +85,15 @@ ip netns exec "${ns[0]}" slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
 disown  # the daemons end with the namespaces (netns_cleanup), unreported
 for i in 0 1; do
   # The namespace's own sysfs over /sys (its network devices), the machine's cgroups under it.
-  nsenter --net="/var/run/netns/${ns[$i]}" unshare --mount bash -c "mkdir -p $d/cg$i &&
+  # Its own hostname, /dev/shm and /tmp, as a node has (the test's folder bound back under
+  # /tmp): OpenMPI names its shared-memory segments after the hostname, and Slurm's PMIx
+  # plugin makes /tmp/spmix_appdir_<uid>_<job>.<step> on every node.
+  nsenter --net="/var/run/netns/${ns[$i]}" unshare --mount --uts bash -c "mkdir -p $d/cg$i &&
     mount --rbind /sys/fs/cgroup $d/cg$i && mount -t sysfs sysfs /sys &&
-    mount --rbind $d/cg$i /sys/fs/cgroup && exec slurmd -D -N braid-node$i" \
+    mount --rbind $d/cg$i /sys/fs/cgroup && hostname braid-node$i &&
+    mount -t tmpfs -o size=1g tmpfs /dev/shm && mkdir /dev/shm/.t &&
+    mount --bind $netns_tmp /dev/shm/.t && mount -t tmpfs tmpfs /tmp && mkdir -p $netns_tmp &&
+    mount --bind /dev/shm/.t $netns_tmp && exec slurmd -D -N braid-node$i" \
     >"$d/slurmd$i.out" 2>&1 &
   disown
 done
@@ -102,8 +111,9 @@ export UCX_TLS=${UCX_TLS:-tcp,self} UCX_NET_DEVICES=${UCX_NET_DEVICES:-braid0}
 deadline=$((BRAID_TIMEOUT + 30))
 program=$1
 if [[ $failures -eq 0 ]]; then
+  # shellcheck disable=SC2086  # SLURM_NETNS_SRUN_ARGS: words
   timeout -k 5 "$deadline" ip netns exec "${ns[0]}" srun -N 2 --ntasks-per-node "$nproc" \
-    -n $((2 * nproc)) --label "$@" >"$out0" 2>&1 &
+    -n $((2 * nproc)) --label ${SLURM_NETNS_SRUN_ARGS:-} "$@" >"$out0" 2>&1 &
   srun_pid=$!
   if [[ $expect == kill-node1 ]]; then
     for ((t = 0; t < 10 * deadline; t++)); do

@@ -20,6 +20,10 @@ struct RankInfo {
   // Which launcher the values came from: "braid launch", "torchrun", "openmpi", "pmi",
   // "slurm" or "single process".
   std::string source = "single process";
+  // Whether the launcher started the ranks as an MPI job: mpirun (OpenMPI), a PMI launcher, or
+  // srun with an MPI plugin (SLURM_MPI_TYPE set to anything but "none", as `srun --mpi=pmix`
+  // sets it). The default backend on several nodes is then "mpi" (docs/comm.md).
+  bool mpi_launcher = false;
 };
 
 // Reads the environment, first match wins:
