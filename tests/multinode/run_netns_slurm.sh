@@ -14,7 +14,8 @@
 # Each slurmd runs in its node's network namespace and in a mount namespace of its own with that
 # namespace's sysfs (so UCX sees braid0, as under `ip netns exec`) and the machine's cgroup
 # hierarchy bound back under it (slurmd reads it at start), and a UTS namespace: each node has
-# its own hostname (braid-node0, braid-node1), /dev/shm and /tmp, which its ranks inherit.
+# its own hostname (braid-node0, braid-node1), /dev/shm and job scratch folder (TmpFS), which its
+# ranks inherit.
 # Environment: SLURM_NETNS_SRUN_ARGS (more words for srun, e.g. --mpi=pmix for an MPI program,
 # whose OMPI_MCA_* settings pass through the environment), BRAID_TIMEOUT (default 30),
 # NETNS_MIN_VETH_BYTES, NETNS_VERBOSE (netns_lib.sh). Exits 77 (ctest: skipped) where
@@ -40,7 +41,7 @@ source "$(dirname "$0")/netns_lib.sh"
 netns_setup
 
 d=$netns_tmp/slurm
-mkdir -p "$d/state" "$d/spool/braid-node0" "$d/spool/braid-node1"
+mkdir -p "$d/state" "$d/spool/braid-node0" "$d/spool/braid-node1" "$d/nodetmp"
 chmod 755 "$netns_tmp"  # munged wants its socket's folders searchable by all
 slurm_cleanup() {
   [[ -s $d/munged.pid ]] && kill "$(cat "$d/munged.pid")" 2>/dev/null
@@ -60,6 +61,7 @@ AuthType=auth/munge
 AuthInfo=socket=$d/munge.sock
 CredType=cred/munge
 StateSaveLocation=$d/state
+TmpFS=$d/nodetmp
 SlurmdSpoolDir=$d/spool/%n
 SlurmctldPidFile=$d/slurmctld.pid
 SlurmdPidFile=$d/slurmd-%n.pid
@@ -85,15 +87,14 @@ ip netns exec "${ns[0]}" slurmctld -D -i >"$d/slurmctld.out" 2>&1 &
 disown  # the daemons end with the namespaces (netns_cleanup), unreported
 for i in 0 1; do
   # The namespace's own sysfs over /sys (its network devices), the machine's cgroups under it.
-  # Its own hostname, /dev/shm and /tmp, as a node has (the test's folder bound back under
-  # /tmp): OpenMPI names its shared-memory segments after the hostname, and Slurm's PMIx
-  # plugin makes /tmp/spmix_appdir_<uid>_<job>.<step> on every node.
+  # Its own hostname, /dev/shm and job scratch folder (TmpFS: one path, a tmpfs of its own on
+  # each node), as a node has: OpenMPI names its shared-memory segments after the hostname, and
+  # Slurm's PMIx plugin makes <TmpFS>/spmix_appdir_<uid>_<job>.<step> on every node.
   nsenter --net="/var/run/netns/${ns[$i]}" unshare --mount --uts bash -c "mkdir -p $d/cg$i &&
     mount --rbind /sys/fs/cgroup $d/cg$i && mount -t sysfs sysfs /sys &&
     mount --rbind $d/cg$i /sys/fs/cgroup && hostname braid-node$i &&
-    mount -t tmpfs -o size=1g tmpfs /dev/shm && mkdir /dev/shm/.t &&
-    mount --bind $netns_tmp /dev/shm/.t && mount -t tmpfs tmpfs /tmp && mkdir -p $netns_tmp &&
-    mount --bind /dev/shm/.t $netns_tmp && exec slurmd -D -N braid-node$i" \
+    mount -t tmpfs -o size=1g tmpfs /dev/shm && mount -t tmpfs tmpfs $d/nodetmp &&
+    exec slurmd -D -N braid-node$i" \
     >"$d/slurmd$i.out" 2>&1 &
   disown
 done
