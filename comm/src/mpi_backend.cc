@@ -381,7 +381,7 @@ std::string mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int length = 0;
   if (MPI_Get_library_version(text, &length) != MPI_SUCCESS) return "unknown";
-  std::string version(text, strnlen(text, std::min<size_t>(std::max(length, 0), sizeof(text))));
+  std::string version(text, strnlen(text, sizeof(text)));
   version = version.substr(0, version.find_first_of("\r\n"));
   return version.substr(0, version.find_last_not_of(" \t,") + 1);
 }

@@ -12,6 +12,11 @@
 #   check_peer_lost FIRST N  ranks FIRST .. FIRST + N - 1 reported braid's peer-lost error (with
 #                            NETNS_ACCEPT_UCX_PUT_ABORT=1, or died of UCX 1.13's tcp put assertion:
 #                            ucx_put_abort)
+#   check_end WHO STATUS TIMED_OUT
+#                            the job's end as EXPECT (ok | kill-node1) and NPROC want it: ok: WHO
+#                            (the launcher, srun) exited 0 and check_ok; kill-node1: WHO failed
+#                            but not by the driver's deadline (TIMED_OUT 1), and check_peer_lost
+#                            for node 0's ranks
 #   check_veth MIN           node 0 received at least MIN bytes over the veth since the start
 #   finish WHAT              prints both outputs and exits 1 after failures, else "ok: WHAT"
 #   netns_tcp_cc             both namespaces use the TCP congestion control NETNS_TCP_CC (default
@@ -116,6 +121,20 @@ ucx_put_abort() {
   grep -Eqh "^\[rank $1\] .*tcp_ep\.c:[0-9]+ +Assertion .ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK. failed" \
     "$out0" "$out1" &&
     grep -Eqh "^braid launch: rank $1 was killed by signal 6 " "$out0" "$out1"
+}
+
+check_end() {
+  case $expect in
+  ok)
+    [[ $2 -eq 0 ]] || fail "$1 exited $2, expected 0"
+    check_ok "$nproc"
+    ;;
+  kill-node1)
+    [[ $2 -ne 0 && $3 -eq 0 ]] ||
+      fail "$1 exited $2, expected a failure before the driver's deadline (timed out: $3)"
+    check_peer_lost 0 "$nproc"
+    ;;
+  esac
 }
 
 check_veth() {

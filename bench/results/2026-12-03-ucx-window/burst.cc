@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   ucp_worker_h w;
   ucp_worker_create(ctx, &wp, &w);
   std::vector<char> buf(msg * count, 1);
+  ucp_ep_h e = nullptr;  // the sender's endpoint to the receiver
   if (!sender) {
     ucp_address_t* a;
     size_t len;
@@ -57,68 +58,43 @@ int main(int argc, char** argv) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
     ep.address = (ucp_address_t*)a.data();
     ep.err_mode = eh ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucp_ep_h e;
     ucp_ep_create(w, &ep, &e);
-    std::vector<void*> reqs;
-    auto t0 = std::chrono::steady_clock::now();
-    for (int it = 0; it < iters; ++it) {
-      if (it == 2) t0 = std::chrono::steady_clock::now();
-      std::vector<void*> q;
-      size_t head = 0;
-      for (int k = 0; k < count; ++k) {
-        while ((int)(q.size() - head) >= win) {
-          void* r = q[head++];
-          if (r) {
-            while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(w);
-            ucp_request_free(r);
-          }
-        }
-        ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
-        rp.cb.send = cb_send;
-        void* r = ucp_tag_send_nbx(e, buf.data() + k * msg, msg, 7, &rp);
-        q.push_back(UCS_PTR_IS_PTR(r) ? r : nullptr);
-      }
-      for (; head < q.size(); ++head) {
-        void* r = q[head];
-        if (r) {
-          while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(w);
-          ucp_request_free(r);
-        }
-      }
-    }
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    printf("send: %.3f GB/s\n", double(msg) * count * (iters - 2) / s / 1e9);
-    // wait for the receiver to finish before closing
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    return 0;
   }
-  std::vector<void*> reqs;
+  // Per iteration `count` messages from consecutive places of `buf`, at most `win` in flight.
+  auto post = [&](int k) -> void* {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
+    if (sender) {
+      rp.cb.send = cb_send;
+      void* r = ucp_tag_send_nbx(e, buf.data() + k * msg, msg, 7, &rp);
+      return UCS_PTR_IS_PTR(r) ? r : nullptr;  // nullptr: done at once
+    }
+    rp.cb.recv = cb_recv;
+    return ucp_tag_recv_nbx(w, buf.data() + k * msg, msg, 7, ~0ull, &rp);
+  };
+  auto finish = [&](void* r) {
+    if (!r) return;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(w);
+    ucp_request_free(r);
+  };
   auto t0 = std::chrono::steady_clock::now();
   for (int it = 0; it < iters; ++it) {
     if (it == 2) t0 = std::chrono::steady_clock::now();
     std::vector<void*> q;
     size_t head = 0;
     for (int k = 0; k < count; ++k) {
-      while ((int)(q.size() - head) >= win) {
-        void* r = q[head++];
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(w);
-        ucp_request_free(r);
-      }
-      ucp_request_param_t rp{};
-      rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
-      rp.cb.recv = cb_recv;
-      void* r = ucp_tag_recv_nbx(w, buf.data() + k * msg, msg, 7, ~0ull, &rp);
-      q.push_back(r);
+      while ((int)(q.size() - head) >= win) finish(q[head++]);
+      q.push_back(post(k));
     }
-    for (; head < q.size(); ++head) {
-      void* r = q[head];
-      while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(w);
-      ucp_request_free(r);
-    }
+    for (; head < q.size(); ++head) finish(q[head]);
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  printf("recv: %.3f GB/s\n", double(msg) * count * (iters - 2) / s / 1e9);
+  printf("%s: %.3f GB/s\n", sender ? "send" : "recv", double(msg) * count * (iters - 2) / s / 1e9);
+  if (sender) {
+    // wait for the receiver to finish before closing
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return 0;
+  }
   unlink(file.c_str());
   return 0;
 }
