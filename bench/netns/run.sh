@@ -3,7 +3,9 @@
 # joined by a veth pair (named braid0 in both, 10.233.X.1 and .2; tests/multinode/netns_lib.sh),
 # UCX forced to TCP over it.
 #   1. the link's reference: ucx_perftest (tag_bw, stream_bw, ucp_am_bw; tag_lat at 8 B),
-#      server in node 1, client in node 0;
+#      server in node 1, client in node 0; and tag_bw with -e (peer error handling, as braid's
+#      endpoints have it) and braid's tcp segment sizes, recorded as "tag_bw-e", then the same
+#      in braid's copy mode on tcp (UCX_ZCOPY_THRESH=inf), recorded as "tag_bw-e-copy";
 #   2. `braid bench --backend B --peer mpi` under one mpirun spanning both namespaces (the
 #      remote orted is started through `ip netns exec`, see agent.sh below), 1 and 2 ranks per
 #      node, for B in ucx, mpi and hier (when this build has it): braid's sweep, then OpenMPI's
@@ -68,23 +70,32 @@ in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
 # --- 1. the link's reference: ucx_perftest ------------------------------------------------
 # One line per run: test,size,<ucx_perftest -v CSV: iterations,latency typical/avg/overall (us),
 # bandwidth avg/overall (MiB/s: ucx_perftest's MB is 2^20 bytes),msgrate avg/overall>.
-perftest() {  # TEST SIZE ITERS
-  local port=$((20000 + tag % 20000)) _
-  in_ns 1 timeout -k 5 120 ucx_perftest -p "$port" >"$work/pt-server.log" 2>&1 &
+# With -e the test runs with peer error handling and braid's tcp segment sizes (Note [braid's
+# UCX defaults], comm/src/ucx_transport.cc; keep the two in step), the fastest way UCX moves a
+# large message with error handling here (docs/performance.md), and is named TEST-e; with
+# -e-copy also without zero-copy sends (Note [Copy mode on tcp]), as braid's ucx backend runs
+# by default on tcp, and is named TEST-e-copy.
+perftest() {  # TEST SIZE ITERS [-e|-e-copy]
+  local port=$((20000 + tag % 20000)) _ flags=() envs=() name=$1${4:-}
+  if [[ -n ${4:-} ]]; then
+    flags=(-e) envs=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
+    [[ $4 == -e-copy ]] && envs+=(UCX_ZCOPY_THRESH=inf)
+  fi
+  in_ns 1 env "${envs[@]}" timeout -k 5 120 ucx_perftest -p "$port" >"$work/pt-server.log" 2>&1 &
   local server=$!
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     sleep 0.3
-    if in_ns 0 timeout -k 5 120 ucx_perftest "${addr[1]}" -p "$port" -t "$1" -s "$2" -n "$3" \
-      -w $(($3 / 10 + 1)) -v >"$work/pt-client.log" 2>&1; then
+    if in_ns 0 env "${envs[@]}" timeout -k 5 120 ucx_perftest "${addr[1]}" -p "$port" -t "$1" \
+      -s "$2" -n "$3" -w $(($3 / 10 + 1)) "${flags[@]}" -v >"$work/pt-client.log" 2>&1; then
       local line
       line=$(grep -E '^ *[0-9]+,' "$work/pt-client.log" | tail -1 | tr -d ' ')
-      echo "$1,$2,$line" >>"$out/perftest.csv"
+      echo "$name,$2,$line" >>"$out/perftest.csv"
       wait "$server"
       return 0
     fi
     grep -q "connect" "$work/pt-client.log" || break  # not a "server not up yet" failure
   done
-  echo "ucx_perftest -t $1 -s $2 failed:" >&2
+  echo "ucx_perftest -t $1 -s $2 ${4:+$4 }failed:" >&2
   cat "$work/pt-client.log" "$work/pt-server.log" >&2
   kill "$server" 2>/dev/null
   wait "$server" 2>/dev/null
@@ -96,6 +107,8 @@ perftest tag_lat 8 20000
 for size in "${pt_sizes[@]}"; do
   iters=$((2147483648 / size))  # about 2 GiB per run
   for test in tag_bw stream_bw ucp_am_bw; do perftest "$test" "$size" "$iters"; done
+  perftest tag_bw "$size" "$iters" -e
+  perftest tag_bw "$size" "$iters" -e-copy
 done
 
 # --- 2. braid bench + OpenMPI under one mpirun across the namespaces ---------------------

@@ -3,7 +3,7 @@
 network namespaces"): the link's reference (ucx_perftest), then per braid backend and ranks per
 node the bus bandwidth of braid and OpenMPI at the large sizes and the time of the smallest
 message, then braid-ucx's point-to-point bandwidth (broadcast, 1 rank per node) against
-ucx_perftest.
+ucx_perftest and OpenMPI, with how near UCX's own test with peer error handling comes to OpenMPI.
   python3 bench/netns/summarize.py OUT_DIR
 """
 import csv
@@ -27,7 +27,9 @@ def human(size):
 
 
 def read_perftest(out):
-    best, lat = {}, None
+    """Per kind of test ("" without -e, "-e", "-e-copy": run.sh's suffixes) and size the best
+    (test, GB/s), and the latency test's (test, size, us)."""
+    best, lat = {"": {}, "-e": {}, "-e-copy": {}}, None
     path = os.path.join(out, "perftest.csv")
     if not os.path.exists(path):
         return best, lat
@@ -38,8 +40,10 @@ def read_perftest(out):
                 lat = (r["test"], size, float(r["lat_typical_us"]))
                 continue
             bw = gb(float(r["bw_overall_mibps"]))
-            if size not in best or bw > best[size][1]:
-                best[size] = (r["test"], bw)
+            kind = re.search(r"(-e(-copy)?)?$", r["test"]).group(0)
+            table = best[kind]
+            if size not in table or bw > table[size][1]:
+                table[size] = (r["test"], bw)
     return best, lat
 
 
@@ -47,8 +51,8 @@ def rows_by_size(result):
     return {row["size"]: row for row in result["rows"]}
 
 
-def busbw(row):
-    return row["out_of_place"]["busbw_gbps"] if row else None
+def busbw(row, mode="out_of_place"):
+    return row[mode]["busbw_gbps"] if row else None
 
 
 def fmt(v, spec=".3f"):
@@ -85,8 +89,39 @@ def config_table(runs, sizes):
     return lines
 
 
+def p2p_table(runs, best):
+    """braid ucx's broadcast with 1 rank per node (one message from node 0 to node 1) beside
+    OpenMPI's MPI_Bcast from the same mpirun and ucx_perftest. In place is the like for like
+    (no copy on the root). "perftest copy" is tag_bw -e in braid's default settings on tcp;
+    perftest copy / OpenMPI is how near UCX itself came to OpenMPI with them."""
+    head = ["size", "braid out of place", "braid in place", "OpenMPI in place",
+            "best perftest", "perftest -e", "perftest copy", "braid in place / best perftest",
+            "braid in place / perftest copy", "braid in place / OpenMPI",
+            "perftest copy / OpenMPI"]
+    lines = []
+    for _, data in runs:
+        if data["backend"] != "ucx" or data["nranks"] != 2:
+            continue
+        pair = {("mpi" if r["library"] == "mpi" else "braid"): rows_by_size(r)
+                for r in data["results"] if r["op"] == "broadcast"}
+        b, m = pair.get("braid", {}), pair.get("mpi", {})
+        for s in sorted(best[""]):
+            bo, bi = busbw(b.get(s)), busbw(b.get(s), "in_place")
+            mi = busbw(m.get(s), "in_place")
+            pb = best[""][s][1]
+            pe, pc = (best[k][s][1] if s in best[k] else None for k in ("-e", "-e-copy"))
+            cells = [human(s), fmt(bo), fmt(bi), fmt(mi), f"{pb:.3f} ({best[''][s][0]})",
+                     fmt(pe), fmt(pc), fmt(ratio(bi, pb), ".2f"), fmt(ratio(bi, pc), ".2f"),
+                     fmt(ratio(bi, mi), ".2f"), fmt(ratio(pc, mi), ".2f")]
+            lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return []
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + lines
+
+
 def main(out):
-    best, lat = read_perftest(out)
+    kinds, lat = read_perftest(out)
+    best = kinds[""]
     print(f"# braid across two network namespaces: {out}\n")
     machine = os.path.join(out, "machine.txt")
     if os.path.exists(machine):
@@ -94,6 +129,11 @@ def main(out):
     print("## Link reference: ucx_perftest (best of tag_bw, stream_bw, ucp_am_bw; GB/s = 1e9 B/s)\n")
     for size, (test, bw) in sorted(best.items()):
         print(f"- {human(size)}: {bw:.3f} GB/s ({test})")
+    for kind, what in (("-e", "with peer error handling (-e, braid's tcp segments)"),
+                       ("-e-copy", "the same in copy mode (UCX_ZCOPY_THRESH=inf), braid's default "
+                                   "on tcp")):
+        for size, (test, bw) in sorted(kinds[kind].items()):
+            print(f"- {human(size)} {what}: {bw:.3f} GB/s ({test})")
     if lat:
         print(f"- {lat[0]} {lat[1]} B: {lat[2]:.2f} us (one way, typical)")
     runs = []
@@ -108,18 +148,11 @@ def main(out):
     sizes = [s for s in sorted(best) if s in all_sizes] or all_sizes[-2:]
     print("\n## Bus bandwidth (GB/s, out of place) and small-message time; ratio = braid / MPI\n")
     print("\n".join(config_table(runs, sizes)))
-    print("\n## braid ucx point to point (broadcast, 2 nodes x 1 rank) vs ucx_perftest\n")
-    for name, data in runs:
-        if data["backend"] != "ucx" or data["nranks"] != 2:
-            continue
-        for r in data["results"]:
-            if r["library"] == "mpi" or r["op"] != "broadcast":
-                continue
-            rows = rows_by_size(r)
-            for s in sorted(best):
-                bw = busbw(rows.get(s))
-                print(f"- {human(s)}: braid ucx {fmt(bw)} GB/s, ucx_perftest {best[s][1]:.3f} "
-                      f"GB/s ({best[s][0]}): {fmt(ratio(bw, best[s][1]), '.2f')}")
+    table = p2p_table(runs, kinds)
+    if table:
+        print("\n## braid ucx point to point (broadcast, 2 nodes x 1 rank) against ucx_perftest "
+              "and OpenMPI (busbw GB/s)\n")
+        print("\n".join(table))
 
 
 if __name__ == "__main__":

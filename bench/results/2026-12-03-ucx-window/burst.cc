@@ -1,5 +1,6 @@
 // A standalone mimic of braid's large-message pattern over UCX: per iteration `count` tagged
 // messages of `msg` bytes, all posted at once, then waited for (busy progress).
+#include <sys/mman.h>
 #include <ucp/api/ucp.h>
 #include <chrono>
 #include <cstdio>
@@ -36,7 +37,13 @@ int main(int argc, char** argv) {
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;
   ucp_worker_h w;
   ucp_worker_create(ctx, &wp, &w);
-  std::vector<char> buf(msg * count, 1);
+  // BURST_HUGE=1: the buffer on transparent huge pages (2 MiB aligned, madvise), as
+  // ucx_perftest's ucp_mem_map(UCP_MEM_MAP_ALLOCATE) and braid's allocator give large blocks.
+  const size_t bytes = msg * count, huge = size_t(2) << 20;
+  const size_t whole = (bytes + huge - 1) / huge * huge;  // aligned_alloc wants a multiple
+  char* buf = static_cast<char*>(std::aligned_alloc(huge, whole));
+  if (getenv("BURST_HUGE") && atoi(getenv("BURST_HUGE"))) madvise(buf, whole, MADV_HUGEPAGE);
+  memset(buf, 1, bytes);
   ucp_ep_h e = nullptr;  // the sender's endpoint to the receiver
   if (!sender) {
     ucp_address_t* a;
@@ -66,11 +73,11 @@ int main(int argc, char** argv) {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK;
     if (sender) {
       rp.cb.send = cb_send;
-      void* r = ucp_tag_send_nbx(e, buf.data() + k * msg, msg, 7, &rp);
+      void* r = ucp_tag_send_nbx(e, buf + k * msg, msg, 7, &rp);
       return UCS_PTR_IS_PTR(r) ? r : nullptr;  // nullptr: done at once
     }
     rp.cb.recv = cb_recv;
-    return ucp_tag_recv_nbx(w, buf.data() + k * msg, msg, 7, ~0ull, &rp);
+    return ucp_tag_recv_nbx(w, buf + k * msg, msg, 7, ~0ull, &rp);
   };
   auto finish = [&](void* r) {
     if (!r) return;
