@@ -16,7 +16,7 @@ APT_PACKAGES=(
   libcli11-dev                                             # apps/: the braid CLI
   libopenblas-dev                                          # a BLAS peer for bench/
   libucx-dev                                               # the ucx backend
-  ucx-utils                                                # ucx_perftest: bench/netns/run.sh
+  ucx-utils                                                # ucx_perftest: bench/netns/run.sh, multinode_bench_netns
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
   slurmd slurmctld slurm-client munge                      # tests/multinode: jobs under a real srun
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
