@@ -39,10 +39,10 @@ BRAID_STORE_TOKEN=$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \n')
 export BRAID_STORE_TOKEN
 in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
 
-# braid's tcp segment sizes (Note [braid's UCX defaults], comm/src/ucx_transport.cc; keep the
-# two in step): perftest runs with and without them, so that the best perftest figure is the
-# best of both. braid's copy mode is left out: perftest sends zero-copy, UCX's default.
-braid_ucx=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
+# braid's tcp segment sizes (netns_braid_tcp_segments, netns_lib.sh): perftest runs with and
+# without them, so that the best perftest figure is the best of both. braid's copy mode is left
+# out: perftest sends zero-copy, UCX's default.
+braid_ucx=("${netns_braid_tcp_segments[@]}")
 perftest() {  # TEST SIZE default|braid [-e] -> GB/s (10^9 B/s; ucx_perftest's MB/s are 2^20 B/s)
   local port=$((20000 + RANDOM % 20000)) line envs=()
   [[ $3 == braid ]] && envs=("${braid_ucx[@]}")

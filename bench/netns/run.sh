@@ -70,15 +70,15 @@ in_ns() { ip netns exec "${ns[$1]}" "${@:2}"; }
 # --- 1. the link's reference: ucx_perftest ------------------------------------------------
 # One line per run: test,size,<ucx_perftest -v CSV: iterations,latency typical/avg/overall (us),
 # bandwidth avg/overall (MiB/s: ucx_perftest's MB is 2^20 bytes),msgrate avg/overall>.
-# With -e the test runs with peer error handling and braid's tcp segment sizes (Note [braid's
-# UCX defaults], comm/src/ucx_transport.cc; keep the two in step), the fastest way UCX moves a
-# large message with error handling here (docs/performance.md), and is named TEST-e; with
+# With -e the test runs with peer error handling and braid's tcp segment sizes
+# (netns_braid_tcp_segments), the fastest way UCX moves a large message with error handling
+# here (docs/performance.md), and is named TEST-e; with
 # -e-copy also without zero-copy sends (Note [Copy mode on tcp]), as braid's ucx backend runs
 # by default on tcp, and is named TEST-e-copy.
 perftest() {  # TEST SIZE ITERS [-e|-e-copy]
   local port=$((20000 + tag % 20000)) _ flags=() envs=() name=$1${4:-}
   if [[ -n ${4:-} ]]; then
-    flags=(-e) envs=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
+    flags=(-e) envs=("${netns_braid_tcp_segments[@]}")
     [[ $4 == -e-copy ]] && envs+=(UCX_ZCOPY_THRESH=inf)
   fi
   in_ns 1 env "${envs[@]}" timeout -k 5 120 ucx_perftest -p "$port" >"$work/pt-server.log" 2>&1 &

@@ -3,7 +3,7 @@
 network namespaces"): the link's reference (ucx_perftest), then per braid backend and ranks per
 node the bus bandwidth of braid and OpenMPI at the large sizes and the time of the smallest
 message, then braid-ucx's point-to-point bandwidth (broadcast, 1 rank per node) against
-ucx_perftest and OpenMPI, with how near UCX's own test with peer error handling comes to OpenMPI.
+ucx_perftest and OpenMPI, with how near UCX's own test in braid's settings comes to OpenMPI.
   python3 bench/netns/summarize.py OUT_DIR
 """
 import csv
@@ -89,7 +89,7 @@ def config_table(runs, sizes):
     return lines
 
 
-def p2p_table(runs, best):
+def p2p_table(runs, kinds):
     """braid ucx's broadcast with 1 rank per node (one message from node 0 to node 1) beside
     OpenMPI's MPI_Bcast from the same mpirun and ucx_perftest. In place is the like for like
     (no copy on the root). "perftest copy" is tag_bw -e in braid's default settings on tcp;
@@ -105,12 +105,13 @@ def p2p_table(runs, best):
         pair = {("mpi" if r["library"] == "mpi" else "braid"): rows_by_size(r)
                 for r in data["results"] if r["op"] == "broadcast"}
         b, m = pair.get("braid", {}), pair.get("mpi", {})
-        for s in sorted(best[""]):
+        best = kinds[""]
+        for s in sorted(best):
             bo, bi = busbw(b.get(s)), busbw(b.get(s), "in_place")
             mi = busbw(m.get(s), "in_place")
-            pb = best[""][s][1]
-            pe, pc = (best[k][s][1] if s in best[k] else None for k in ("-e", "-e-copy"))
-            cells = [human(s), fmt(bo), fmt(bi), fmt(mi), f"{pb:.3f} ({best[''][s][0]})",
+            pb = best[s][1]
+            pe, pc = (kinds[k][s][1] if s in kinds[k] else None for k in ("-e", "-e-copy"))
+            cells = [human(s), fmt(bo), fmt(bi), fmt(mi), f"{pb:.3f} ({best[s][0]})",
                      fmt(pe), fmt(pc), fmt(ratio(bi, pb), ".2f"), fmt(ratio(bi, pc), ".2f"),
                      fmt(ratio(bi, mi), ".2f"), fmt(ratio(pc, mi), ".2f")]
             lines.append("| " + " | ".join(cells) + " |")

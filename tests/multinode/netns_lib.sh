@@ -24,6 +24,8 @@
 #                            "TCP congestion control"); it is added to the host's allowed list
 #                            for the run and the list is restored on exit
 #   netns_tcp_cc_used        the congestion control node 0's namespace uses
+#   netns_braid_tcp_segments the UCX variables that give ucx_perftest braid's tcp segment sizes
+#                            (the benchmarks' like-for-like runs)
 # Environment: NETNS_MIN_VETH_BYTES (default 0): the least node 0 must receive over the veth;
 # NETNS_VERBOSE=1: print both nodes' output even when every check passed.
 # NETNS_ACCEPT_UCX_PUT_ABORT=1: check_peer_lost also accepts a rank that died of ucx_put_abort.
@@ -74,6 +76,11 @@ netns_tcp_cc() {
     ip netns exec "${ns[$i]}" sysctl -qw "net.ipv4.tcp_congestion_control=$cc" || return 1
   done
 }
+
+# braid's tcp segment sizes as UCX variables (Note [braid's UCX defaults],
+# comm/src/ucx_transport.cc; keep the two in step).
+# shellcheck disable=SC2034  # used by the scripts that source this file
+netns_braid_tcp_segments=(UCX_TCP_TX_SEG_SIZE=512K UCX_TCP_RX_SEG_SIZE=512K)
 
 netns_tcp_cc_used() {
   ip netns exec "${ns[0]}" cat /proc/sys/net/ipv4/tcp_congestion_control
