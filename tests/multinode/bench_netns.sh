@@ -76,9 +76,10 @@ for test in ("tag_lat", "tag_bw", "stream_bw", "ucp_am_bw", "tag_bw-e", "tag_bw-
                else tests[test]["lat_typical_us"]) <= 0:
         problems.append(f"perftest.csv: {test} has no figure")
 summary = open(os.path.join(out, "summary.md")).read()
-row = [l for l in summary.splitlines() if l.startswith("| 256K |")]
+label = f"{size // 1024}K"  # summarize.py's name for the size (a whole number of KiB here)
+row = [l for l in summary.splitlines() if l.startswith(f"| {label} |")]
 if len(row) != 1:
-    problems.append("summary.md: no point-to-point row for 256K")
+    problems.append(f"summary.md: no point-to-point row for {label}")
 elif "| - |" in row[0]:
     problems.append(f"summary.md: a ratio is missing in {row[0]}")
 if problems:
