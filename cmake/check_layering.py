@@ -6,6 +6,10 @@ apps, examples and bindings on top (side by side: none of them includes another)
 under <folder>/ may include "braid/<other>/..." only when <other> is its own folder or
 sits below it. Run by the build (target braid_check_layering) and by ctest.
 
+The compute seam (docs/kernels.md, "Kernel tables"): above tensor/, code reaches kernels
+through braid/kernels/table.h only. Including a device's own kernel header
+(braid/kernels/cpu.h, braid/kernels/cuda.h) is allowed in kernels/ and tensor/ alone.
+
 Usage: check_layering.py [ROOT]   (ROOT defaults to the repository this file lives in)
 Exit status: 0 clean, 1 violations found (each printed as file:line: message).
 """
@@ -21,6 +25,8 @@ RANK.update({name: len(LAYERS) for name in TOP})
 
 SUFFIXES = {".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".hip", ".inc", ".in"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]braid/([A-Za-z0-9_]+)/')
+DEVICE_KERNELS = re.compile(r'^\s*#\s*include\s*[<"](braid/kernels/(?:cpu|cuda)\.h)[>"]')
+DEVICE_KERNELS_ALLOWED = {"kernels", "tensor"}
 
 
 def allowed(own: str, included: str) -> bool:
@@ -44,6 +50,12 @@ def check_file(path: pathlib.Path, own: str, root: pathlib.Path) -> list[str]:
             errors.append(
                 f"{rel}:{lineno}: layer '{own}' includes braid/{m.group(1)}/, which is not below it "
                 f"(order: {' < '.join(LAYERS)} < {{{', '.join(TOP)}}})")
+        d = DEVICE_KERNELS.match(line)
+        if d and own not in DEVICE_KERNELS_ALLOWED:
+            rel = path.relative_to(root)
+            errors.append(
+                f"{rel}:{lineno}: layer '{own}' includes {d.group(1)}; above tensor/ kernels are "
+                f"reached through braid/kernels/table.h (kernels_for(device))")
     return errors
 
 

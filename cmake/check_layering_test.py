@@ -66,6 +66,20 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("2 layering violation(s)", r.stderr)
 
+    def test_device_kernel_headers_only_in_kernels_and_tensor(self):
+        r = run_on({
+            "tensor/src/ops.cc": '#include "braid/kernels/cpu.h"\n',
+            "nn/src/linear.cc": '#include "braid/kernels/table.h"\n',
+            "comm/src/fold.cc": '#include "braid/kernels/cpu.h"\n',
+            "shard/tests/x_test.cc": '#include <braid/kernels/cuda.h>\n',
+        })
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("comm/src/fold.cc:1: layer 'comm' includes braid/kernels/cpu.h", r.stderr)
+        self.assertIn("shard/tests/x_test.cc:1", r.stderr)
+        self.assertIn("2 layering violation(s)", r.stderr)
+        self.assertNotIn("tensor/src/ops.cc", r.stderr)
+        self.assertNotIn("nn/src/linear.cc", r.stderr)
+
     def test_missing_root_is_a_usage_error(self):
         r = subprocess.run([sys.executable, str(CHECKER), "/nonexistent/braid-root"],
                            capture_output=True, text=True, check=False)

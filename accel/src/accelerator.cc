@@ -16,6 +16,7 @@
 #include "braid/comm/rank_info.h"
 #include "braid/comm/tree_ops.h"
 #include "braid/core/allocator.h"
+#include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
 #include "braid/core/logging.h"
@@ -43,11 +44,27 @@ void write_text_atomic(const std::filesystem::path& path, const std::string& tex
   f.commit();
 }
 
+// MULTI_GPU means one GPU per process (Accelerate's meaning). The Accelerator trains on cpu
+// ranks only so far (docs/gpu.md, "What runs where"): MULTI_GPU is refused with the reason,
+// never run silently on the CPU.
+[[noreturn]] void refuse_multi_gpu() {
+  std::string why;
+  try {
+    (void)device_runtime(DeviceType::kCUDA);
+    why = "a CUDA device is visible, but the Accelerator does not train on GPUs yet (docs/gpu.md)";
+  } catch (const Error& e) {
+    why = "no usable GPU: " + e.message();
+  }
+  BRAID_FAIL(kNotSupported, "Accelerator: distributed_type MULTI_GPU: ", why,
+             "; use MULTI_CPU (or use_cpu: true) to train on the CPU");
+}
+
 }  // namespace
 
 Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup> pg)
     : config_(std::move(config)) {
   validate_config(config_);
+  if (config_.distributed_type == DistributedType::kMultiGpu) refuse_multi_gpu();
   plan_ = accel::sharding_plan(config_);
   accumulation_ = gradient_accumulation_plugin(config_);
   BRAID_CHECK(accumulation_.num_steps >= 1, kInvalidArgument,

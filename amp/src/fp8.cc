@@ -7,7 +7,7 @@
 
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/ops.h"
 
 namespace braid::amp {
@@ -60,11 +60,15 @@ Fp8Tensor quantize_fp8(const Tensor& x, DType d, float scale) {
   BRAID_CHECK(std::isfinite(scale) && scale > 0, kInvalidArgument, "quantize_fp8: scale ", scale,
               ": expected a finite value > 0");
   Tensor scaled = x.to(DType::kF32).contiguous().clone();
-  kernels::cpu::scale(DType::kF32, scaled.numel(), scale, scaled.data_ptr(), scaled.data_ptr());
+  const kernels::KernelTable& k = kernels::kernels_for(x.device());
+  kernels::require_support(k, kernels::Op::kScale, DType::kF32);
+  kernels::require_support(k, kernels::Op::kCast, DType::kF32);
+  const Stream s = kernels::stream_for(x.device());
+  k.scale(s, DType::kF32, scaled.numel(), scale, scaled.data_ptr(), scaled.data_ptr());
   Fp8Tensor out;
-  out.data = Tensor::empty(x.shape(), d);
-  kernels::cpu::cast(scaled.data_ptr(), DType::kF32, out.data.data_ptr(), d, scaled.numel(),
-                     kernels::cpu::CastMode::kSaturate);
+  out.data = Tensor::empty(x.shape(), d, x.device());
+  k.cast(s, scaled.data_ptr(), DType::kF32, out.data.data_ptr(), d, scaled.numel(),
+         kernels::CastMode::kSaturate);
   out.scale = scale;
   out.scale_inv = 1.0f / scale;
   return out;
@@ -73,7 +77,10 @@ Fp8Tensor quantize_fp8(const Tensor& x, DType d, float scale) {
 Tensor dequantize_fp8(const Fp8Tensor& x, DType out_dtype) {
   check_fp8(x.data.dtype(), "dequantize_fp8");
   Tensor f = x.data.to(DType::kF32).contiguous().clone();
-  kernels::cpu::scale(DType::kF32, f.numel(), x.scale_inv, f.data_ptr(), f.data_ptr());
+  const kernels::KernelTable& k = kernels::kernels_for(f.device());
+  kernels::require_support(k, kernels::Op::kScale, DType::kF32);
+  k.scale(kernels::stream_for(f.device()), DType::kF32, f.numel(), x.scale_inv, f.data_ptr(),
+          f.data_ptr());
   return out_dtype == DType::kF32 ? f : f.to(out_dtype);
 }
 

@@ -8,6 +8,7 @@
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
 #include "braid/kernels/optim.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/ops.h"
 
 namespace braid::amp {
@@ -26,16 +27,16 @@ void check_kwargs(const GradScalerKwargs& k) {
 
 // Unscales one gradient in place; returns whether it held a non-finite value.
 bool unscale_one(Tensor& g, float inv_scale) {
-  BRAID_CHECK(g.device().type == DeviceType::kCPU, kNotSupported,
-              "GradScaler.unscale_: gradient on ", g.device().str(),
-              ": only cpu gradients are supported in this build");
   const DType d = g.dtype();
   BRAID_CHECK(d == DType::kF32 || d == DType::kF16 || d == DType::kBF16, kInvalidArgument,
               "GradScaler.unscale_: gradient dtype ", dtype_name(d), ": expected f32, f16 or bf16");
   Tensor dense = g.contiguous();
   void* data = dense.data_ptr();
   const int64_t n = dense.numel();
-  const bool found = kernels::cpu::unscale_and_check_finite(d, &data, &n, 1, inv_scale);
+  const kernels::KernelTable& k = kernels::kernels_for(g.device());
+  kernels::require_support(k, kernels::Op::kUnscaleCheckFinite, d);
+  const bool found =
+      k.unscale_and_check_finite(kernels::stream_for(g.device()), d, &data, &n, 1, inv_scale);
   if (!dense.shares_storage(g)) g.copy_(dense);
   return found;
 }

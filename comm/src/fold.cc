@@ -1,4 +1,5 @@
-// Folder: the rank-order reduction every shm algorithm uses, built on the SIMD CPU kernels
+// Folder: the rank-order reduction every shm algorithm uses, built on the SIMD CPU kernels of the
+// cpu kernel table
 // (cast to widen and round, binary for the combine). Blocks of kBlock elements keep the
 // accumulator in cache; blocking is elementwise, so it cannot change the bits.
 #include "fold.h"
@@ -8,38 +9,36 @@
 #include <utility>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 
 namespace braid {
 namespace {
 
-namespace cpu = kernels::cpu;
-
 constexpr int64_t kBlock = 4096;
 
-cpu::BinaryOp combine_op(ReduceOp op) {
+kernels::BinaryOp combine_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kProd:
-      return cpu::BinaryOp::kMul;
+      return kernels::BinaryOp::kMul;
     case ReduceOp::kMin:
-      return cpu::BinaryOp::kMin;
+      return kernels::BinaryOp::kMin;
     case ReduceOp::kMax:
-      return cpu::BinaryOp::kMax;
+      return kernels::BinaryOp::kMax;
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
     case ReduceOp::kPremulSum:
-      return cpu::BinaryOp::kAdd;
+      return kernels::BinaryOp::kAdd;
   }
-  return cpu::BinaryOp::kAdd;
+  return kernels::BinaryOp::kAdd;
 }
 
 // out = a op b over m contiguous elements (b broadcast when b_scalar).
-void apply(cpu::BinaryOp op, DType dtype, int64_t m, const void* a, const void* b, bool b_scalar,
-           void* out) {
+void apply(kernels::BinaryOp op, DType dtype, int64_t m, const void* a, const void* b,
+           bool b_scalar, void* out) {
   const int64_t shape[1] = {m};
   const int64_t one[1] = {1};
   const int64_t zero[1] = {0};
-  cpu::binary(op, dtype, 1, shape, a, one, b, b_scalar ? zero : one, out);
+  host_kernels().binary(Stream{kCPU}, op, dtype, 1, shape, a, one, b, b_scalar ? zero : one, out);
 }
 
 // Floor division (toward -inf) of integer sums by the rank count.
@@ -52,6 +51,11 @@ void floor_divide(int64_t* acc, int64_t m, int64_t n) {
 }
 
 }  // namespace
+
+const kernels::KernelTable& host_kernels() {
+  static const kernels::KernelTable& k = kernels::kernels_for(kCPU);
+  return k;
+}
 
 DType accumulation_dtype(DType dtype) {
   if (dtype == DType::kF64) return DType::kF64;
@@ -123,7 +127,7 @@ void Folder::fold_direct(const void* const* inputs, int n, int64_t offset, int64
   bool alias = false;
   for (int r = 2; r < n; ++r) alias |= block(inputs[r]) < end && block(inputs[r]) + m * es > dst;
   uint8_t* acc = alias ? acc_buf_ : dst;
-  const cpu::BinaryOp op = combine_op(op_);
+  const kernels::BinaryOp op = combine_op(op_);
   apply(op, dtype_, m, block(inputs[0]), block(inputs[1]), false, acc);
   for (int r = 2; r < n; ++r) apply(op, dtype_, m, acc, block(inputs[r]), false, acc);
   if (alias) std::memcpy(dst, acc, m * es);
@@ -133,7 +137,7 @@ const void* Folder::widen(const void* input, int rank, int64_t offset, int64_t m
   const void* src = static_cast<const uint8_t*>(input) + offset * dtype_size(dtype_);
   void* dst = into_acc ? acc_buf_ : tmp_buf_;
   if (dtype_ != acc_) {
-    cpu::cast(src, dtype_, dst, acc_, m);
+    host_kernels().cast(Stream{kCPU}, src, dtype_, dst, acc_, m, kernels::CastMode::kDefault);
     src = dst;
   }
   if (op_ == ReduceOp::kPremulSum) {
@@ -145,7 +149,7 @@ const void* Folder::widen(const void* input, int rank, int64_t offset, int64_t m
       const float f = static_cast<float>(factors_[rank]);
       std::memcpy(factor, &f, 4);
     }
-    apply(cpu::BinaryOp::kMul, acc_, m, src, factor, true, dst);
+    apply(kernels::BinaryOp::kMul, acc_, m, src, factor, true, dst);
     src = dst;
   }
   if (into_acc && src != dst) std::memcpy(dst, src, m * dtype_size(acc_));
@@ -154,7 +158,7 @@ const void* Folder::widen(const void* input, int rank, int64_t offset, int64_t m
 
 void Folder::fold_block(const void* const* inputs, int n, int64_t offset, int64_t m, void* out) {
   widen(inputs[0], 0, offset, m, /*into_acc=*/true);
-  const cpu::BinaryOp op = combine_op(op_);
+  const kernels::BinaryOp op = combine_op(op_);
   for (int r = 1; r < n; ++r) {
     const void* x = widen(inputs[r], r, offset, m, /*into_acc=*/false);
     apply(op, acc_, m, acc_buf_, x, false, acc_buf_);
@@ -172,7 +176,7 @@ void Folder::fold_stage(const void* const* inputs, int first, int n, const void*
   reserve(count);
   const size_t aes = dtype_size(acc_);
   const bool last = first + n == nranks_;
-  const cpu::BinaryOp op = combine_op(op_);
+  const kernels::BinaryOp op = combine_op(op_);
   for (int64_t offset = 0; offset < count; offset += kBlock) {
     const int64_t m = std::min(kBlock, count - offset);
     int r = 0;
@@ -207,10 +211,10 @@ void Folder::finalize(int64_t m, void* out) {
         const float d = static_cast<float>(nranks_);
         std::memcpy(divisor, &d, 4);
       }
-      apply(cpu::BinaryOp::kDiv, acc_, m, acc_buf_, divisor, true, acc_buf_);
+      apply(kernels::BinaryOp::kDiv, acc_, m, acc_buf_, divisor, true, acc_buf_);
     }
   }
-  cpu::cast(acc_buf_, acc_, out, dtype_, m);
+  host_kernels().cast(Stream{kCPU}, acc_buf_, acc_, out, dtype_, m, kernels::CastMode::kDefault);
 }
 
 }  // namespace braid

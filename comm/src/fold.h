@@ -13,8 +13,13 @@
 
 #include "braid/comm/types.h"
 #include "braid/core/dtype.h"
+#include "braid/kernels/table.h"
 
 namespace braid {
+
+// The kernels of host memory (shm segments, p2p staging, MPI's buffers): the cpu table. The
+// folds here and in mpi_reduce.cc use it.
+const kernels::KernelTable& host_kernels();
 
 // memcpy (no overlap) with lengths up to 64 bytes copied inline, in two overlapping fixed-size
 // moves: for a small collective the library call and its short-length path (masked AVX-512

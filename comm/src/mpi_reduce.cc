@@ -20,14 +20,11 @@
 #include <cstring>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
 #include "fold.h"
 #include "mpi_backend.h"
 
 namespace braid::mpi {
 namespace {
-
-namespace cpu = kernels::cpu;
 
 MPI_Datatype integer_type(DType dtype) {
   switch (dtype) {
@@ -99,7 +96,8 @@ void MpiGroup::native_reduction(Call& c) {
   bool in_place = false;
   if (p.acc != d.dtype) {  // integer avg: widened to i64
     uint8_t* wide = c.scratch_bytes(in_n * asz);
-    cpu::cast(d.send, d.dtype, wide, p.acc, in_n);
+    host_kernels().cast(Stream{kCPU}, d.send, d.dtype, wide, p.acc, in_n,
+                        kernels::CastMode::kDefault);
     in = wide;
     out = scatter ? c.scratch_bytes(d.count * asz) : (has_result ? wide : nullptr);
     in_place = !scatter && has_result;
@@ -127,7 +125,9 @@ void MpiGroup::native_reduction(Call& c) {
   wait(c, &request);
   if (!has_result || d.op != ReduceOp::kAvg) return;
   floor_average(static_cast<int64_t*>(out), d.count, n_);
-  if (p.acc != d.dtype) cpu::cast(out, p.acc, d.recv, d.dtype, d.count);
+  if (p.acc != d.dtype)
+    host_kernels().cast(Stream{kCPU}, out, p.acc, d.recv, d.dtype, d.count,
+                        kernels::CastMode::kDefault);
 }
 
 std::vector<double> MpiGroup::premul_factors(Call& c) {

@@ -47,7 +47,7 @@
 
 #include "braid/comm/backend.h"
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "fold.h"
 #include "shm_backend.h"
 #include "shm_segment.h"
@@ -87,7 +87,8 @@ inline constexpr uint64_t kKernelCopyLimitShared = uint64_t{32} << 20;
 inline void copy_out(void* dst, const void* src, int64_t bytes, bool stream) {
   if (bytes <= 0 || dst == src) return;
   if (stream) {
-    kernels::cpu::copy_nontemporal(dst, src, bytes);
+    static const auto copy_nt = kernels::kernels_for(kCPU).copy_nontemporal;
+    copy_nt(dst, src, bytes);
   } else {
     fast_copy(dst, src, static_cast<size_t>(bytes));
   }

@@ -19,7 +19,7 @@
 #include "../src/shm_backend.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 
 namespace braid {
 namespace {
@@ -152,7 +152,8 @@ Bytes make_input(DType dtype, int64_t count, int rank, uint64_t id) {
            : static_cast<double>(k);
   }
   Bytes out(count * dtype_size(dtype));
-  kernels::cpu::cast(values.data(), DType::kF64, out.data(), dtype, count);
+  kernels::kernels_for(kCPU).cast(Stream{kCPU}, values.data(), DType::kF64, out.data(), dtype,
+                                  count, kernels::CastMode::kDefault);
   return out;
 }
 
@@ -357,8 +358,10 @@ std::string check_result(const Case& c, const Buffers& b, int me, int n) {
     }
     if (std::memcmp(got + i, want.data() + i, es) != 0) {
       double g = 0, w = 0;
-      kernels::cpu::cast(got + i, c.dtype, &g, DType::kF64, 1);
-      kernels::cpu::cast(want.data() + i, c.dtype, &w, DType::kF64, 1);
+      kernels::kernels_for(kCPU).cast(Stream{kCPU}, got + i, c.dtype, &g, DType::kF64, 1,
+                                      kernels::CastMode::kDefault);
+      kernels::kernels_for(kCPU).cast(Stream{kCPU}, want.data() + i, c.dtype, &w, DType::kF64, 1,
+                                      kernels::CastMode::kDefault);
       return c.str() + " on " + std::to_string(n) + " ranks: rank " + std::to_string(me) +
              " element " + std::to_string(i / es) + " is " + std::to_string(g) + ", expected " +
              std::to_string(w);

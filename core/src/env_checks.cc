@@ -37,14 +37,25 @@ void report_simd(std::ostream& out) {
   }
 }
 
+// One line of counts, then why each built GPU runtime without a device is not usable (the
+// runtime's own message: no driver, no device visible, CUDA_VISIBLE_DEVICES empty ...).
 void report_devices(std::ostream& out) {
   out << "devices:";
+  std::ostringstream why;
   for (int i = 0; i < kNumDeviceTypes; ++i) {
     const auto t = static_cast<DeviceType>(i);
     out << ' ' << device_type_name(t) << '=' << device_count(t);
-    if (!is_runtime_built(t)) out << " (no runtime in this build)";
+    if (!is_runtime_built(t)) {
+      out << " (no runtime in this build)";
+      continue;
+    }
+    try {
+      (void)device_runtime(t);
+    } catch (const Error& e) {
+      why << "  " << device_type_name(t) << " not usable: " << e.message() << "\n";
+    }
   }
-  out << "\n";
+  out << "\n" << why.str();
 }
 
 }  // namespace

@@ -59,6 +59,10 @@ TEST(EnvironmentReport, ListsVersionBuildCpuDevicesAndVariables) {
   EXPECT_THAT(report, HasSubstr("active " + std::string(cpu_isa_name(cpu_active_isa()))));
   EXPECT_THAT(report, HasSubstr("cpu=1"));
   EXPECT_THAT(report, HasSubstr("xpu=0 (no runtime in this build)"));
+  // A built GPU runtime with no device says why it is not usable.
+  if (is_runtime_built(DeviceType::kCUDA) && device_count(DeviceType::kCUDA) == 0) {
+    EXPECT_THAT(report, HasSubstr("cuda not usable: "));
+  }
   EXPECT_THAT(report, HasSubstr("BRAID_REPORT_TEST_VAR=visible-value"));
   EXPECT_THAT(report, Not(HasSubstr("BRAID_REPORT_TEST_UNSET")));
 }

@@ -648,8 +648,10 @@ TEST_F(OptimCheckTest, HyperParameters) {
     step.algo = OptimAlgo::kSgd, step.nesterov = true, step.momentum = 0.9, step.dampening = 0.1;
   });
   bad("algo = 9", [&] { step.algo = static_cast<OptimAlgo>(9); });
-  bad("param_dtype i8", [&] { step.param_dtype = DType::kI8; });
-  bad("grad_dtype f64", [&] { step.grad_dtype = DType::kF64; });
+  bad(
+      "param_dtype i8", [&] { step.param_dtype = DType::kI8; }, ErrorKind::kNotSupported);
+  bad(
+      "grad_dtype f64", [&] { step.grad_dtype = DType::kF64; }, ErrorKind::kNotSupported);
   bad("rounding = 4", [&] { step.rounding = static_cast<Rounding>(4); });
   bad(
       "rounding kStochastic with param_dtype f16",

@@ -1,14 +1,13 @@
 // Gelu (exact and tanh), Relu, Silu: forward through the SIMD unary kernels (braid::gelu /
-// relu / silu), backward through kernels::cpu::activation_backward. Pass-through dtype (the
-// input's); the input is saved for backward.
-#include "braid/kernels/cpu.h"
+// relu / silu), backward through the activation_backward kernel of the input's device. Pass-through
+// dtype (the input's); the input is saved for backward.
 #include "braid/nn/layers.h"
 #include "layer_util.h"
 
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+namespace kc = braid::kernels;
 
 struct ActivationCtx {
   Tensor x;  // contiguous
@@ -18,8 +17,9 @@ Tensor activation_grad(const char* layer, kc::ActivationGrad op, const Tensor& x
                        const Tensor& grad_output) {
   detail::check_grad_shape(layer, grad_output, x.shape());
   const Tensor dy = grad_output.to(x.dtype()).contiguous();
-  Tensor dx = Tensor::empty(x.shape(), x.dtype());
-  kc::activation_backward(op, x.dtype(), x.numel(), x.data_ptr(), dy.data_ptr(), dx.data_ptr());
+  const auto [k, s] = detail::kernels_of(layer, x, kc::Op::kActivationBackward, x.dtype());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  k.activation_backward(s, op, x.dtype(), x.numel(), x.data_ptr(), dy.data_ptr(), dx.data_ptr());
   return dx;
 }
 

@@ -1,19 +1,19 @@
-// CausalSelfAttention (GPT-2's GPT2Attention): c_attn, the fused causal attention core of
-// kernels::cpu (causal_attention_forward / _backward: scores, mask, f32 softmax, attention
-// dropout and the product with v, per (batch, head), without a T x T tensor kept for backward),
-// c_proj and the residual dropout. Children carry transformers' names: c_attn, c_proj,
-// attn_dropout, resid_dropout.
+// CausalSelfAttention (GPT-2's GPT2Attention): c_attn, the fused causal attention core of the
+// kernel table of the input's device (causal_attention_forward / _backward: scores, mask, f32
+// softmax, attention dropout and the product with v, per (batch, head), without a T x T tensor kept
+// for backward), c_proj and the residual dropout. Children carry transformers' names: c_attn,
+// c_proj, attn_dropout, resid_dropout.
 #include <cmath>
 #include <string_view>
 
 #include "braid/core/rng.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/nn/gpt.h"
 
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+namespace kc = braid::kernels;
 
 struct AttentionCtx {
   Tensor qkv;  // c_attn's output [B, T, 3C], contiguous, compute dtype
@@ -112,13 +112,16 @@ Tensor CausalSelfAttention::forward_impl(const Tensor& x) {
     }
     gen.set_offset(gen.offset() + (words + 3) / 4 * 4);
   }
-  Tensor y = Tensor::empty({a.batch, a.seq, width}, qkv.dtype());
+  const kc::KernelTable& k = kc::kernels_for(qkv.device());
+  kc::require_support(k, kc::Op::kAttentionForward, qkv.dtype());
+  const Stream s = kc::stream_for(qkv.device());
+  Tensor y = Tensor::empty({a.batch, a.seq, width}, qkv.dtype(), qkv.device());
   const int64_t qkv_row = a.seq * 3 * width * static_cast<int64_t>(qkv.element_size());
   const int64_t y_row = a.seq * width * static_cast<int64_t>(y.element_size());
   ctx.qkv = qkv;
   for_rows(ctx, [&](const kc::AttentionArgs& args, int64_t b) {
-    kc::causal_attention_forward(args, static_cast<const char*>(qkv.data_ptr()) + b * qkv_row,
-                                 static_cast<char*>(y.data_ptr()) + b * y_row);
+    k.causal_attention_forward(s, args, static_cast<const char*>(qkv.data_ptr()) + b * qkv_row,
+                               static_cast<char*>(y.data_ptr()) + b * y_row);
   });
   save_for_backward(std::move(ctx));
   return sub(*this, "resid_dropout").forward(sub(*this, "c_proj").forward(y));
@@ -129,14 +132,17 @@ Tensor CausalSelfAttention::backward_impl(const Tensor& grad_output) {
       sub(*this, "c_proj").backward(sub(*this, "resid_dropout").backward(grad_output));
   AttentionCtx ctx = pop_saved<AttentionCtx>();
   const Tensor dyc = dy.to(ctx.qkv.dtype()).contiguous();
-  Tensor dqkv = Tensor::empty(ctx.qkv.shape(), ctx.qkv.dtype());
+  const kc::KernelTable& k = kc::kernels_for(ctx.qkv.device());
+  kc::require_support(k, kc::Op::kAttentionBackward, ctx.qkv.dtype());
+  const Stream s = kc::stream_for(ctx.qkv.device());
+  Tensor dqkv = Tensor::empty(ctx.qkv.shape(), ctx.qkv.dtype(), ctx.qkv.device());
   const int64_t width = ctx.args.n_head * ctx.args.head_dim;
   const int64_t qkv_row = ctx.args.seq * 3 * width * static_cast<int64_t>(dqkv.element_size());
   const int64_t y_row = ctx.args.seq * width * static_cast<int64_t>(dyc.element_size());
   for_rows(ctx, [&](const kc::AttentionArgs& args, int64_t b) {
-    kc::causal_attention_backward(args, static_cast<const char*>(ctx.qkv.data_ptr()) + b * qkv_row,
-                                  static_cast<const char*>(dyc.data_ptr()) + b * y_row,
-                                  static_cast<char*>(dqkv.data_ptr()) + b * qkv_row);
+    k.causal_attention_backward(s, args, static_cast<const char*>(ctx.qkv.data_ptr()) + b * qkv_row,
+                                static_cast<const char*>(dyc.data_ptr()) + b * y_row,
+                                static_cast<char*>(dqkv.data_ptr()) + b * qkv_row);
   });
   return sub(*this, "c_attn").backward(dqkv);
 }

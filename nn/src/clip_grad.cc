@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/ops.h"
 
 namespace braid::nn {
@@ -62,11 +62,14 @@ double clip_grad_norm_(const std::vector<Tensor>& grads, double max_norm, double
   const float clamped = std::isnan(coef) ? coef : std::min(coef, 1.0f);
   for (const Tensor& g : grads) {
     if (!g.defined() || g.numel() == 0) continue;
+    const kernels::KernelTable& k = kernels::kernels_for(g.device());
+    kernels::require_support(k, kernels::Op::kScale, g.dtype());
+    const Stream s = kernels::stream_for(g.device());
     if (g.is_contiguous()) {
-      kernels::cpu::scale(g.dtype(), g.numel(), clamped, g.data_ptr(), g.data_ptr());
+      k.scale(s, g.dtype(), g.numel(), clamped, g.data_ptr(), g.data_ptr());
     } else {
       Tensor dense = g.contiguous();
-      kernels::cpu::scale(g.dtype(), dense.numel(), clamped, dense.data_ptr(), dense.data_ptr());
+      k.scale(s, g.dtype(), dense.numel(), clamped, dense.data_ptr(), dense.data_ptr());
       Tensor(g).copy_(dense);
     }
   }

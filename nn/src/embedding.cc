@@ -1,14 +1,13 @@
-// Embedding: a row gather (kernels::cpu::embedding_forward) and, in backward, an ordered
-// scatter-add into a dense gradient of the table (embedding_backward), as torch's dense
+// Embedding: a row gather (the embedding_forward kernel of the ids' device) and, in backward, an
+// ordered scatter-add into a dense gradient of the table (embedding_backward), as torch's dense
 // embedding backward. Saves the ids.
-#include "braid/kernels/cpu.h"
 #include "braid/nn/layers.h"
 #include "layer_util.h"
 
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+namespace kc = braid::kernels;
 
 struct EmbeddingCtx {
   Tensor ids;  // contiguous, i64 or i32
@@ -33,18 +32,23 @@ Tensor Embedding::forward_impl(const Tensor& ids) {
               "Embedding: ids must be i64 or i32, got dtype ", ids.dtype());
   const Tensor idc = ids.contiguous();
   const int64_t n = idc.numel();
-  // Checked here for the layer's message; the kernel checks again.
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
+  // Checked here, on the host, for the layer's message (the cpu kernel checks again; a GPU
+  // kernel could only trap). Meta ids have no values.
+  const Tensor ih = idc.device().is_meta() ? Tensor() : idc.to(kCPU);
+  for (int64_t i = 0; ih.defined() && i < n; ++i) {
+    const int64_t id = ih.dtype() == DType::kI64 ? ih.data<int64_t>()[i] : ih.data<int32_t>()[i];
     BRAID_CHECK(id >= 0 && id < num_, kOutOfRange, "Embedding: id ", id, " at position ", i,
                 " of ids ", shape_str(ids.shape()), " is outside [0, num_embeddings ", num_, ")");
   }
   const Tensor w = param("weight").data().contiguous();
   Shape out_shape = ids.shape();
   out_shape.push_back(dim_);
-  Tensor out = Tensor::empty(out_shape, w.dtype());
-  kc::embedding_forward(w.dtype(), num_, dim_, w.data_ptr(), idc.dtype(), idc.data_ptr(), n,
-                        out.data_ptr());
+  BRAID_CHECK(w.device() == idc.device(), kInvalidArgument, "Embedding: ids are on ", idc.device(),
+              " and the weight on ", w.device(), "; expected one device");
+  const auto [k, s] = detail::kernels_of("Embedding", w, kc::Op::kEmbeddingForward, w.dtype());
+  Tensor out = Tensor::empty(out_shape, w.dtype(), w.device());
+  k.embedding_forward(s, w.dtype(), num_, dim_, w.data_ptr(), idc.dtype(), idc.data_ptr(), n,
+                      out.data_ptr());
   save_for_backward(EmbeddingCtx{idc});
   return out;
 }
@@ -58,9 +62,10 @@ Tensor Embedding::backward_impl(const Tensor& grad_output) {
   if (!weight.requires_grad()) return {};
   const DType acc = detail::f32_or_f64(weight.data().dtype());
   const Tensor dy = grad_output.to(acc).contiguous();
-  Tensor dw = Tensor::zeros({num_, dim_}, acc);
-  kc::embedding_backward(acc, num_, dim_, ctx.ids.dtype(), ctx.ids.data_ptr(), ctx.ids.numel(),
-                         dy.data_ptr(), dw.data_ptr());
+  const auto [k, s] = detail::kernels_of("Embedding", dy, kc::Op::kEmbeddingBackward, acc);
+  Tensor dw = Tensor::zeros({num_, dim_}, acc, dy.device());
+  k.embedding_backward(s, acc, num_, dim_, ctx.ids.dtype(), ctx.ids.data_ptr(), ctx.ids.numel(),
+                       dy.data_ptr(), dw.data_ptr());
   accumulate_grad(weight, dw);
   return {};
 }

@@ -6,6 +6,7 @@
 
 #include "braid/core/dtype.h"
 #include "braid/core/error.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/tensor.h"
 
 namespace braid::nn::detail {
@@ -49,6 +50,24 @@ inline DType f32_or_f64(DType dt) {
 // Parameter gradients computed from 16-bit data are accumulated in f32 (f64 for f64).
 inline DType grad_accum_dtype(DType compute) {
   return f32_or_f64(compute);
+}
+
+// The kernels of `x`'s device (docs/kernels.md, "Kernel tables") and the stream they go on:
+// every layer reaches its kernels through this, so a layer runs wherever its input lives.
+// Refuses, naming the layer, a device without the kernel for `dtype`.
+struct DeviceKernels {
+  const kernels::KernelTable& k;
+  Stream s;
+};
+inline void require_kernel(const char* layer, const kernels::KernelTable& k, Device device,
+                           kernels::Op op, DType dtype) {
+  BRAID_CHECK(k.supports(op, dtype), kNotSupported, layer, ": kernel ", kernels::op_name(op),
+              " does not support dtype ", dtype, " on ", device);
+}
+inline DeviceKernels kernels_of(const char* layer, const Tensor& x, kernels::Op op, DType dtype) {
+  const kernels::KernelTable& k = kernels::kernels_for(x.device());
+  require_kernel(layer, k, x.device(), op, dtype);
+  return DeviceKernels{k, kernels::stream_for(x.device())};
 }
 
 }  // namespace braid::nn::detail

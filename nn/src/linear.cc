@@ -1,18 +1,17 @@
-// Linear: y = x W^T + b through kernels::cpu::gemm with transpose flags (no transposed
-// copies), in autocast's matmul dtype. Saves the input (in the compute dtype) for backward;
-// the weight is read again in backward, so a sharded parameter can be freed in between
+// Linear: y = x W^T + b through the gemm kernel of the input's device with transpose flags (no
+// transposed copies), in autocast's matmul dtype. Saves the input (in the compute dtype) for
+// backward; the weight is read again in backward, so a sharded parameter can be freed in between
 // (docs/nn.md, "Layers and losses").
 #include <cmath>
 
 #include "braid/amp/autocast.h"
-#include "braid/kernels/cpu.h"
 #include "braid/nn/layers.h"
 #include "layer_util.h"
 
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+namespace kc = braid::kernels;
 
 struct LinearCtx {
   Tensor x;        // [rows, in], compute dtype, contiguous
@@ -63,7 +62,8 @@ Tensor Linear::forward_impl(const Tensor& x) {
   const int64_t rows = detail::leading_rows(x);
   Shape out_shape = x.shape();
   out_shape.back() = out_;
-  Tensor y = Tensor::empty(out_shape, compute);
+  const auto [k, s] = detail::kernels_of("Linear", x, kc::Op::kGemm, compute);
+  Tensor y = Tensor::empty(out_shape, compute, x.device());
 
   kc::GemmArgs g;
   g.m = rows;
@@ -86,7 +86,7 @@ Tensor Linear::forward_impl(const Tensor& x) {
     y.view({rows, out_}).copy_(param_in(param("bias").data(), compute).expand({rows, out_}));
     g.beta = 1.0;
   }
-  if (rows > 0) kc::gemm(g);
+  if (rows > 0) k.gemm(s, g);
   save_for_backward(LinearCtx{xc.view({rows, in_}), x.shape(), x.dtype(), compute});
   return y;
 }
@@ -103,7 +103,9 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
   const DType acc = detail::grad_accum_dtype(compute);
 
   // dx = dy W (kOutIn) or dy W^T (kInOut).
-  Tensor dx = Tensor::empty(ctx.in_shape, compute);
+  const auto [k, s] = detail::kernels_of("Linear", dy, kc::Op::kGemm, compute);
+  const Device dev = dy.device();
+  Tensor dx = Tensor::empty(ctx.in_shape, compute, dev);
   if (rows > 0) {
     kc::GemmArgs g;
     g.m = rows;
@@ -121,15 +123,15 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
     g.c = dx.data_ptr();
     g.ldc = in_;
     g.ab_dtype = g.c_dtype = compute;
-    kc::gemm(g);
+    k.gemm(s, g);
   }
 
   const Parameter& weight = param("weight");
   if (weight.requires_grad()) {
     // dW = dy^T x ([out, in]) or x^T dy ([in, out]), accumulated in f32 for 16-bit data.
     // gemm() with beta 0 writes every element; zeros only when there are no rows.
-    Tensor dw = rows > 0 ? Tensor::empty(weight.data().shape(), acc)
-                         : Tensor::zeros(weight.data().shape(), acc);
+    Tensor dw = rows > 0 ? Tensor::empty(weight.data().shape(), acc, dev)
+                         : Tensor::zeros(weight.data().shape(), acc, dev);
     if (rows > 0) {
       kc::GemmArgs g;
       g.trans_a = kc::Trans::kYes;
@@ -153,15 +155,16 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
       g.ldc = g.n;
       g.ab_dtype = compute;
       g.c_dtype = acc;
-      kc::gemm(g);
+      k.gemm(s, g);
     }
     accumulate_grad(weight, dw);
   }
   if (has_bias_ && param("bias").requires_grad()) {
     // db = column sums of dy, rows in order (reduce's fixed order).
-    Tensor db = Tensor::zeros({out_}, acc);
+    Tensor db = Tensor::zeros({out_}, acc, dev);
     if (rows > 0) {
-      kc::reduce(kc::ReduceOp::kSum, compute, 1, rows, out_, dy.data_ptr(), acc, db.data_ptr());
+      detail::require_kernel("Linear", k, dev, kc::Op::kReduce, compute);
+      k.reduce(s, kc::ReduceOp::kSum, compute, 1, rows, out_, dy.data_ptr(), acc, db.data_ptr());
     }
     accumulate_grad(param("bias"), db);
   }

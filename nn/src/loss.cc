@@ -1,9 +1,8 @@
-// CrossEntropyLoss (fused log-softmax + NLL + label smoothing, kernels::cpu::cross_entropy_*)
+// CrossEntropyLoss (fused log-softmax + NLL + label smoothing, the cross_entropy_* kernels)
 // and MSELoss. Both compute in f32 (f64 for f64 inputs). CrossEntropyLoss saves the logits,
 // the targets and one lse per row; backward recomputes the probabilities from them.
 #include <limits>
 
-#include "braid/kernels/cpu.h"
 #include "braid/nn/loss.h"
 #include "braid/tensor/ops.h"
 #include "layer_util.h"
@@ -11,7 +10,7 @@
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+namespace kc = braid::kernels;
 
 struct CrossEntropyCtx {
   Tensor logits;   // [rows, classes], contiguous, the input's dtype
@@ -63,9 +62,13 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets) {
   const int64_t rows = targets.numel();
   const Tensor lg = logits.contiguous();
   const Tensor tg = targets.contiguous();
-  int64_t count = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = tg.dtype() == DType::kI64 ? tg.data<int64_t>()[r] : tg.data<int32_t>()[r];
+  // The targets are checked (and the non-ignored ones counted) on the host: on a GPU this is
+  // one small copy, and a bad target is an error here rather than a device assert. Meta
+  // targets have no values: every row counts.
+  int64_t count = tg.device().is_meta() ? rows : 0;
+  const Tensor th = tg.device().is_meta() ? Tensor() : tg.to(kCPU);
+  for (int64_t r = 0; th.defined() && r < rows; ++r) {
+    const int64_t t = th.dtype() == DType::kI64 ? th.data<int64_t>()[r] : th.data<int32_t>()[r];
     if (t == opt_.ignore_index) continue;
     BRAID_CHECK(t >= 0 && t < classes, kOutOfRange, "CrossEntropyLoss: target ", t, " at position ",
                 r, " is outside [0, classes ", classes, ") and is not ignore_index ",
@@ -73,11 +76,14 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets) {
     ++count;
   }
   const DType compute = detail::f32_or_f64(logits.dtype());
-  Tensor loss = Tensor::empty(expected, compute);
-  Tensor lse = Tensor::empty({rows}, compute);
-  kc::cross_entropy_forward(lg.dtype(), rows, classes, lg.data_ptr(), tg.dtype(), tg.data_ptr(),
-                            opt_.ignore_index, opt_.label_smoothing, loss.data_ptr(),
-                            lse.data_ptr());
+  const auto [k, s] =
+      detail::kernels_of("CrossEntropyLoss", lg, kc::Op::kCrossEntropyForward, lg.dtype());
+  BRAID_CHECK(tg.device() == lg.device(), kInvalidArgument, "CrossEntropyLoss: targets are on ",
+              tg.device(), " and logits on ", lg.device(), "; expected one device");
+  Tensor loss = Tensor::empty(expected, compute, lg.device());
+  Tensor lse = Tensor::empty({rows}, compute, lg.device());
+  k.cross_entropy_forward(s, lg.dtype(), rows, classes, lg.data_ptr(), tg.dtype(), tg.data_ptr(),
+                          opt_.ignore_index, opt_.label_smoothing, loss.data_ptr(), lse.data_ptr());
   save_for_backward(CrossEntropyCtx{lg, tg, lse, expected, count});
   switch (opt_.reduction) {
     case Reduction::kNone:
@@ -109,7 +115,7 @@ Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
                   " does not match the per-element losses of shape ", shape_str(ctx.loss_shape));
       scale = grad_loss.to(compute).contiguous();
     } else {
-      scale = Tensor::ones({rows}, compute);
+      scale = Tensor::ones({rows}, compute, ctx.logits.device());
     }
   } else {
     double g = scalar_grad("CrossEntropyLoss", grad_loss);
@@ -118,13 +124,15 @@ Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
               ? static_cast<double>(static_cast<float>(g) / static_cast<float>(ctx.count))
               : g / static_cast<double>(ctx.count);
     }
-    scale = Tensor::full({rows}, g, compute);
+    scale = Tensor::full({rows}, g, compute, ctx.logits.device());
   }
-  Tensor dlogits = Tensor::empty(ctx.logits.shape(), ctx.logits.dtype());
-  kc::cross_entropy_backward(ctx.logits.dtype(), rows, classes, ctx.logits.data_ptr(),
-                             ctx.targets.dtype(), ctx.targets.data_ptr(), opt_.ignore_index,
-                             opt_.label_smoothing, ctx.lse.data_ptr(), scale.data_ptr(),
-                             dlogits.data_ptr());
+  const auto [k, s] = detail::kernels_of("CrossEntropyLoss", ctx.logits,
+                                         kc::Op::kCrossEntropyBackward, ctx.logits.dtype());
+  Tensor dlogits = Tensor::empty(ctx.logits.shape(), ctx.logits.dtype(), ctx.logits.device());
+  k.cross_entropy_backward(s, ctx.logits.dtype(), rows, classes, ctx.logits.data_ptr(),
+                           ctx.targets.dtype(), ctx.targets.data_ptr(), opt_.ignore_index,
+                           opt_.label_smoothing, ctx.lse.data_ptr(), scale.data_ptr(),
+                           dlogits.data_ptr());
   return dlogits;
 }
 

@@ -1,17 +1,16 @@
 // LayerNorm and RMSNorm over the last dimension, through the fused kernels
-// (kernels::cpu::layer_norm_* / rms_norm_*). Computed in f32 (f64 for f64); the output is in
-// autocast_dtype(kFp32, input dtype): f32 for 16-bit inputs under autocast, else the input's
-// dtype. Saves the input in the compute dtype and the per-row statistics (mean and rstd, or
+// (the layer_norm_* / rms_norm_* kernels of the input's device). Computed in f32 (f64 for f64); the
+// output is in autocast_dtype(kFp32, input dtype): f32 for 16-bit inputs under autocast, else the
+// input's dtype. Saves the input in the compute dtype and the per-row statistics (mean and rstd, or
 // rstd); parameters are read again in backward.
 #include "braid/amp/autocast.h"
-#include "braid/kernels/cpu.h"
 #include "braid/nn/layers.h"
 #include "layer_util.h"
 
 namespace braid::nn {
 namespace {
 
-namespace kc = braid::kernels::cpu;
+using kernels::Op;
 
 struct NormCtx {
   Tensor x;     // [rows, d], compute dtype, contiguous
@@ -51,11 +50,12 @@ Tensor LayerNorm::forward_impl(const Tensor& x) {
   const Tensor xc = x.to(compute).contiguous();
   const Tensor w = in_compute(param("weight").data(), compute);
   const Tensor b = has_bias_ ? in_compute(param("bias").data(), compute) : Tensor();
-  Tensor y = Tensor::empty(x.shape(), compute);
-  Tensor mean = Tensor::empty({rows}, compute);
-  Tensor rstd = Tensor::empty({rows}, compute);
-  kc::layer_norm_forward(compute, rows, dim_, xc.data_ptr(), w.data_ptr(), ptr_or_null(b), eps_,
-                         y.data_ptr(), mean.data_ptr(), rstd.data_ptr());
+  const auto [k, s] = detail::kernels_of("LayerNorm", x, Op::kLayerNormForward, compute);
+  Tensor y = Tensor::empty(x.shape(), compute, x.device());
+  Tensor mean = Tensor::empty({rows}, compute, x.device());
+  Tensor rstd = Tensor::empty({rows}, compute, x.device());
+  k.layer_norm_forward(s, compute, rows, dim_, xc.data_ptr(), w.data_ptr(), ptr_or_null(b), eps_,
+                       y.data_ptr(), mean.data_ptr(), rstd.data_ptr());
   save_for_backward(NormCtx{xc, mean, rstd, x.shape(), x.dtype()});
   return y.to(amp::autocast_dtype(amp::OpCategory::kFp32, x.dtype()));
 }
@@ -69,12 +69,14 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output) {
   const Tensor w = in_compute(param("weight").data(), compute);
   const bool want_dw = param("weight").requires_grad();
   const bool want_db = has_bias_ && param("bias").requires_grad();
-  Tensor dx = Tensor::empty(ctx.in_shape, compute);
-  Tensor dw = want_dw ? Tensor::zeros({dim_}, compute) : Tensor();
-  Tensor db = want_db ? Tensor::zeros({dim_}, compute) : Tensor();
-  kc::layer_norm_backward(compute, rows, dim_, ctx.x.data_ptr(), w.data_ptr(), ctx.mean.data_ptr(),
-                          ctx.rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
-                          want_dw ? dw.data_ptr() : nullptr, want_db ? db.data_ptr() : nullptr);
+  const auto [k, s] = detail::kernels_of("LayerNorm", dy, Op::kLayerNormBackward, compute);
+  const Device dev = dy.device();
+  Tensor dx = Tensor::empty(ctx.in_shape, compute, dev);
+  Tensor dw = want_dw ? Tensor::zeros({dim_}, compute, dev) : Tensor();
+  Tensor db = want_db ? Tensor::zeros({dim_}, compute, dev) : Tensor();
+  k.layer_norm_backward(s, compute, rows, dim_, ctx.x.data_ptr(), w.data_ptr(), ctx.mean.data_ptr(),
+                        ctx.rstd.data_ptr(), dy.data_ptr(), dx.data_ptr(),
+                        want_dw ? dw.data_ptr() : nullptr, want_db ? db.data_ptr() : nullptr);
   if (want_dw) accumulate_grad(param("weight"), dw);
   if (want_db) accumulate_grad(param("bias"), db);
   return dx.to(ctx.in_dtype);
@@ -97,10 +99,11 @@ Tensor RMSNorm::forward_impl(const Tensor& x) {
   const int64_t rows = detail::leading_rows(x);
   const Tensor xc = x.to(compute).contiguous();
   const Tensor w = in_compute(param("weight").data(), compute);
-  Tensor y = Tensor::empty(x.shape(), compute);
-  Tensor rstd = Tensor::empty({rows}, compute);
-  kc::rms_norm_forward(compute, rows, dim_, xc.data_ptr(), w.data_ptr(), eps_, y.data_ptr(),
-                       rstd.data_ptr());
+  const auto [k, s] = detail::kernels_of("RMSNorm", x, Op::kRmsNormForward, compute);
+  Tensor y = Tensor::empty(x.shape(), compute, x.device());
+  Tensor rstd = Tensor::empty({rows}, compute, x.device());
+  k.rms_norm_forward(s, compute, rows, dim_, xc.data_ptr(), w.data_ptr(), eps_, y.data_ptr(),
+                     rstd.data_ptr());
   save_for_backward(NormCtx{xc, Tensor(), rstd, x.shape(), x.dtype()});
   return y.to(amp::autocast_dtype(amp::OpCategory::kFp32, x.dtype()));
 }
@@ -113,10 +116,11 @@ Tensor RMSNorm::backward_impl(const Tensor& grad_output) {
   const Tensor dy = grad_output.to(compute).contiguous();
   const Tensor w = in_compute(param("weight").data(), compute);
   const bool want_dw = param("weight").requires_grad();
-  Tensor dx = Tensor::empty(ctx.in_shape, compute);
-  Tensor dw = want_dw ? Tensor::zeros({dim_}, compute) : Tensor();
-  kc::rms_norm_backward(compute, rows, dim_, ctx.x.data_ptr(), w.data_ptr(), ctx.rstd.data_ptr(),
-                        dy.data_ptr(), dx.data_ptr(), want_dw ? dw.data_ptr() : nullptr);
+  const auto [k, s] = detail::kernels_of("RMSNorm", dy, Op::kRmsNormBackward, compute);
+  Tensor dx = Tensor::empty(ctx.in_shape, compute, dy.device());
+  Tensor dw = want_dw ? Tensor::zeros({dim_}, compute, dy.device()) : Tensor();
+  k.rms_norm_backward(s, compute, rows, dim_, ctx.x.data_ptr(), w.data_ptr(), ctx.rstd.data_ptr(),
+                      dy.data_ptr(), dx.data_ptr(), want_dw ? dw.data_ptr() : nullptr);
   if (want_dw) accumulate_grad(param("weight"), dw);
   return dx.to(ctx.in_dtype);
 }

@@ -7,6 +7,7 @@
 #include "braid/core/error.h"
 #include "braid/core/thread_pool.h"
 #include "braid/kernels/optim.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/swap_store.h"
 
 namespace braid::nn {
@@ -181,7 +182,7 @@ Optimizer::State& Optimizer::state_for(const Parameter& p, const OptimizerOption
   if (new_master) st.master = p.data().to(DType::kF32).contiguous().clone();
   for (int k = 0; k < 3; ++k) {
     if (uses_state(algo_, o, k) && !st.state[k].defined()) {
-      st.state[k] = Tensor::zeros(p.data().shape(), DType::kF32);
+      st.state[k] = Tensor::zeros(p.data().shape(), DType::kF32, p.data().device());
     }
   }
   return st;
@@ -220,8 +221,9 @@ void Optimizer::check_grad(const Parameter& p, size_t i) const {
 }
 
 void Optimizer::step_group(ParamGroup& g, double grad_scale) {
-  // One kernel call per (dtypes, step count, first step): normally one for the whole group.
+  // One kernel call per (device, dtypes, step count, first step): normally one for the group.
   struct Bucket {
+    Device device;
     kernels::OptimStep step;
     std::vector<kernels::OptimTensor> tensors;
     std::vector<Tensor> keep;  // contiguous copies of non-contiguous gradients
@@ -237,22 +239,24 @@ void Optimizer::step_group(ParamGroup& g, double grad_scale) {
     prepare(p, g.options, grad_scale, s, t, dense);
     Bucket* b = nullptr;
     for (Bucket& c : buckets) {
-      if (c.step.param_dtype == s.param_dtype && c.step.grad_dtype == s.grad_dtype &&
-          c.step.step == s.step && c.step.first_step == s.first_step &&
-          c.step.rounding == s.rounding) {
+      if (c.device == p.data().device() && c.step.param_dtype == s.param_dtype &&
+          c.step.grad_dtype == s.grad_dtype && c.step.step == s.step &&
+          c.step.first_step == s.first_step && c.step.rounding == s.rounding) {
         b = &c;
       }
     }
     if (b == nullptr) {
-      buckets.push_back({s, {}, {}});
+      buckets.push_back({p.data().device(), s, {}, {}});
       b = &buckets.back();
     }
     if (!dense.shares_storage(p.grad())) b->keep.push_back(dense);
     b->tensors.push_back(t);
   }
   for (const Bucket& b : buckets) {
-    kernels::cpu::optimizer_step_threaded(b.step, b.tensors.data(),
-                                          static_cast<int64_t>(b.tensors.size()), num_threads());
+    const kernels::KernelTable& k = kernels::kernels_for(b.device);
+    kernels::require_support(k, kernels::Op::kOptimizerStep, b.step.param_dtype);
+    k.optimizer_step(kernels::stream_for(b.device), b.step, b.tensors.data(),
+                     static_cast<int64_t>(b.tensors.size()), num_threads());
   }
 }
 

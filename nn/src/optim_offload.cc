@@ -10,6 +10,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/logging.h"
+#include "braid/kernels/table.h"
 #include "braid/nn/optim.h"
 #include "braid/tensor/swap_store.h"
 
@@ -209,7 +210,8 @@ void Optimizer::step_offloaded(double grad_scale) {
     kernels::OptimTensor t;
     Tensor dense;
     prepare(p, items[cur].group->options, grad_scale, s, t, dense);
-    kernels::cpu::optimizer_step_threaded(s, &t, 1, threads_);
+    // Offloaded state lives on the host: the step runs on the cpu table.
+    kernels::kernels_for(kCPU).optimizer_step(kernels::stream_for(kCPU), s, &t, 1, threads_);
     State& st = state_.at(p.id());
     swap_out(st, p.data());
     if (st.swapped) writing.push_back(st.key);

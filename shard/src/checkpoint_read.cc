@@ -7,7 +7,7 @@
 
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/shard/checkpoint.h"
 #include "checkpoint_internal.h"
 
@@ -134,8 +134,10 @@ void ShardedCheckpoint::read_range(const std::string& name, int64_t offset, int6
     const Tensor src = impl_->piece(name, t, *it);
     const auto* from = static_cast<const std::byte*>(src.data_ptr()) +
                        (lo - it->offset) * static_cast<int64_t>(src.element_size());
-    kernels::cpu::cast(from, t.dtype, out + (lo - offset) * static_cast<int64_t>(dst_size),
-                       dst_dtype, hi - lo);
+    // Pieces are mapped file bytes and `dst` host memory: the cpu table converts.
+    kernels::kernels_for(kCPU).cast(Stream{kCPU}, from, t.dtype,
+                                    out + (lo - offset) * static_cast<int64_t>(dst_size), dst_dtype,
+                                    hi - lo, kernels::CastMode::kDefault);
   }
 }
 

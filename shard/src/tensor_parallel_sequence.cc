@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/shard/tensor_parallel.h"
 #include "tensor_parallel_comm.h"
 
@@ -17,7 +17,7 @@ using namespace tp_detail;
 struct MaskCtx {
   bool identity = true;
   Shape shape;
-  std::vector<uint8_t> keep;
+  Tensor keep;  // u8, one per element, on the input's device
   double scale = 1.0;
 };
 
@@ -80,7 +80,8 @@ Tensor SequenceParallelDropout::forward_impl(const Tensor& x) {
   const int64_t run = local_seq * inner;
   Generator& gen = gen_ != nullptr ? *gen_ : default_generator(kCPU);
   const uint64_t base = gen.offset();
-  std::vector<uint8_t> keep(static_cast<size_t>(in.numel()));
+  Tensor keep_host = Tensor::empty({in.numel()}, DType::kU8);
+  uint8_t* keep = keep_host.data<uint8_t>();
   std::vector<float> u;
   for (int64_t b = 0; b < batch && run > 0; ++b) {
     const auto start = static_cast<uint64_t>((b * seq + first) * inner);
@@ -90,7 +91,7 @@ Tensor SequenceParallelDropout::forward_impl(const Tensor& x) {
     u.resize(static_cast<size_t>(run) + (start - block));
     window.fill_uniform(u.data(), static_cast<int64_t>(u.size()));
     for (int64_t i = 0; i < run; ++i) {
-      keep[static_cast<size_t>(b * run + i)] =
+      keep[b * run + i] =
           static_cast<double>(u[static_cast<size_t>(start - block + i)]) >= p() ? 1 : 0;
     }
   }
@@ -98,10 +99,13 @@ Tensor SequenceParallelDropout::forward_impl(const Tensor& x) {
   if (whole > 0) gen.set_offset(base + (whole + 3) / 4 * 4);  // as fill_uniform of the whole
   const double scale = p() == 1.0 ? 0.0 : 1.0 / (1.0 - p());
   const Tensor xc = in.contiguous();
-  Tensor y = Tensor::empty(in.shape(), in.dtype());
-  kernels::cpu::masked_scale(in.dtype(), in.numel(), xc.data_ptr(), keep.data(), scale,
-                             y.data_ptr());
-  save_for_backward(MaskCtx{false, in.shape(), std::move(keep), scale});
+  const kernels::KernelTable& k = kernels::kernels_for(in.device());
+  kernels::require_support(k, kernels::Op::kMaskedScale, in.dtype());
+  const Tensor keep_dev = keep_host.to(in.device());
+  Tensor y = Tensor::empty(in.shape(), in.dtype(), in.device());
+  k.masked_scale(kernels::stream_for(in.device()), in.dtype(), in.numel(), xc.data_ptr(),
+                 keep_dev.data<uint8_t>(), scale, y.data_ptr());
+  save_for_backward(MaskCtx{false, in.shape(), keep_dev, scale});
   return y;
 }
 
@@ -114,9 +118,11 @@ Tensor SequenceParallelDropout::backward_impl(const Tensor& grad_output) {
   Tensor dx = grad_output;
   if (!ctx.identity) {
     const Tensor dy = grad_output.contiguous();
-    dx = Tensor::empty(dy.shape(), dy.dtype());
-    kernels::cpu::masked_scale(dy.dtype(), dy.numel(), dy.data_ptr(), ctx.keep.data(), ctx.scale,
-                               dx.data_ptr());
+    const kernels::KernelTable& k = kernels::kernels_for(dy.device());
+    kernels::require_support(k, kernels::Op::kMaskedScale, dy.dtype());
+    dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+    k.masked_scale(kernels::stream_for(dy.device()), dy.dtype(), dy.numel(), dy.data_ptr(),
+                   ctx.keep.data<uint8_t>(), ctx.scale, dx.data_ptr());
   }
   return scatter_input_ ? all_gather_dim(dx, 1, *tp_) : dx;
 }

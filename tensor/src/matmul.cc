@@ -2,11 +2,12 @@
 // two dimensions are transposed (stride 1 on the row axis) is passed as Trans::kYes with its
 // own leading dimension instead of being copied.
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/tensor/ops.h"
+#include "dispatch.h"
 
 namespace braid {
-namespace kc = kernels::cpu;
+namespace kc = kernels;
 
 namespace {
 
@@ -42,8 +43,7 @@ Operand as_matrix(const Tensor& t) {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   BRAID_CHECK(a.defined() && b.defined(), kInvalidArgument, "matmul: an operand is undefined");
-  BRAID_CHECK(a.device().is_cpu() && b.device().is_cpu(), kNotSupported,
-              "matmul: no kernel for devices ", a.device(), " and ", b.device(), " yet");
+  const auto& table = detail::table_for(kernels::Op::kGemm, a.dtype(), "matmul", a, &b);
   BRAID_CHECK(a.dtype() == b.dtype(), kInvalidArgument, "matmul: operands have dtypes ", a.dtype(),
               " and ", b.dtype(), "; convert one with .to(dtype)");
   BRAID_CHECK((a.dim() == 2 || a.dim() == 3) && (b.dim() == 2 || b.dim() == 3) &&
@@ -60,7 +60,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   }
   const DType dt = a.dtype();
   Shape out_shape = a.dim() == 3 ? Shape{batch, m, n} : Shape{m, n};
-  Tensor out = Tensor::empty(out_shape, dt);
+  Tensor out = Tensor::empty(out_shape, dt, a.device());
   if (out.numel() == 0) return out;
 
   const Operand oa = as_matrix(a);
@@ -83,7 +83,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   g.stride_a = oa.batch_stride;
   g.stride_b = b.dim() == 3 ? ob.batch_stride : 0;
   g.stride_c = m * n;
-  kc::gemm(g);
+  table.gemm(kernels::stream_for(a.device()), g);
   return out;
 }
 

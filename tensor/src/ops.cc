@@ -1,22 +1,20 @@
 // Tensor-level elementwise, reduction, softmax and concatenation ops: argument checks, then
-// the cpu kernels. Non-cpu tensors get a kNotSupported error until their kernels exist.
+// the kernel table of the operands' device (dispatch.h). Results live on that device.
 #include "braid/tensor/ops.h"
 
 #include <cmath>
 
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
+#include "dispatch.h"
 
 namespace braid {
-namespace kc = kernels::cpu;
+namespace kc = kernels;
+using detail::table_for;
+using kernels::Op;
+using kernels::stream_for;
 
 namespace {
-
-void require_cpu(const Tensor& t, const char* op) {
-  BRAID_CHECK(t.defined(), kInvalidArgument, op, ": the tensor is undefined");
-  BRAID_CHECK(t.device().is_cpu(), kNotSupported, op, ": no kernel for device ", t.device(),
-              " yet; this op runs on cpu tensors");
-}
 
 void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
   BRAID_CHECK(a.dtype() == b.dtype(), kInvalidArgument, op, ": operands have dtypes ", a.dtype(),
@@ -24,34 +22,33 @@ void require_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }
 
 Tensor binary(kc::BinaryOp op, const Tensor& a, const Tensor& b, const char* name) {
-  require_cpu(a, name);
-  require_cpu(b, name);
+  const auto& k = table_for(Op::kBinary, a.dtype(), name, a, &b);
   require_same_dtype(a, b, name);
   const Shape shape = broadcast_shapes(a.shape(), b.shape());
   const Tensor ea = a.expand(shape);
   const Tensor eb = b.expand(shape);
-  Tensor out = Tensor::empty(shape, a.dtype());
-  kc::binary(op, a.dtype(), static_cast<int>(shape.size()), shape.data(), ea.data_ptr(),
-             ea.strides().data(), eb.data_ptr(), eb.strides().data(), out.data_ptr());
+  Tensor out = Tensor::empty(shape, a.dtype(), a.device());
+  k.binary(stream_for(a.device()), op, a.dtype(), static_cast<int>(shape.size()), shape.data(),
+           ea.data_ptr(), ea.strides().data(), eb.data_ptr(), eb.strides().data(), out.data_ptr());
   return out;
 }
 
 Tensor unary(kc::UnaryOp op, const Tensor& x, const char* name) {
-  require_cpu(x, name);
+  const auto& k = table_for(Op::kUnary, x.dtype(), name, x);
   const Tensor in = x.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kc::unary(op, x.dtype(), in.numel(), in.data_ptr(), out.data_ptr());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  k.unary(stream_for(x.device()), op, x.dtype(), in.numel(), in.data_ptr(), out.data_ptr());
   return out;
 }
 
 Tensor scalar_like(const Tensor& t, Scalar v) {
-  return Tensor::full({}, v, t.dtype());
+  return Tensor::full({}, v, t.dtype(), t.device());
 }
 
 // Reduces dimension `dim` (or everything when dim is nullopt).
 Tensor reduce(kc::ReduceOp op, const Tensor& x, std::optional<int> dim, bool keepdim,
               std::optional<DType> out_dtype, const char* name) {
-  require_cpu(x, name);
+  const auto& k = table_for(Op::kReduce, x.dtype(), name, x);
   const Tensor in = x.contiguous();
   const DType odt = out_dtype.value_or(x.dtype());
   const Shape& s = in.shape();
@@ -73,13 +70,14 @@ Tensor reduce(kc::ReduceOp op, const Tensor& x, std::optional<int> dim, bool kee
       out_shape.erase(out_shape.begin() + d);
     }
   }
-  Tensor out = Tensor::empty(out_shape, odt);
-  kc::reduce(op, in.dtype(), outer, len, inner, in.data_ptr(), odt, out.data_ptr());
+  Tensor out = Tensor::empty(out_shape, odt, x.device());
+  k.reduce(stream_for(x.device()), op, in.dtype(), outer, len, inner, in.data_ptr(), odt,
+           out.data_ptr());
   return out;
 }
 
 Tensor softmax_impl(const Tensor& x, int dim, bool log, const char* name) {
-  require_cpu(x, name);
+  const auto& k = table_for(Op::kSoftmax, x.dtype(), name, x);
   const int nd = x.dim();
   BRAID_CHECK(nd > 0, kInvalidArgument, name, ": needs at least one dimension");
   const int d = dim < 0 ? dim + nd : dim;
@@ -87,10 +85,10 @@ Tensor softmax_impl(const Tensor& x, int dim, bool log, const char* name) {
               nd, "-d tensor");
   // Move the softmax dimension last, compute over rows, move it back.
   const Tensor moved = (d == nd - 1 ? x : x.transpose(d, nd - 1)).contiguous();
-  Tensor out = Tensor::empty(moved.shape(), x.dtype());
+  Tensor out = Tensor::empty(moved.shape(), x.dtype(), x.device());
   const int64_t len = moved.size(-1);
   const int64_t rows = len == 0 ? 0 : moved.numel() / len;
-  kc::softmax(x.dtype(), rows, len, moved.data_ptr(), out.data_ptr(), log);
+  k.softmax(stream_for(x.device()), x.dtype(), rows, len, moved.data_ptr(), out.data_ptr(), log);
   return d == nd - 1 ? out : out.transpose(d, nd - 1).contiguous();
 }
 
@@ -122,34 +120,34 @@ Tensor mul(const Tensor& a, Scalar b) {
 }
 
 Tensor axpby(double alpha, const Tensor& x, double beta, const Tensor& y) {
-  require_cpu(x, "axpby");
-  require_cpu(y, "axpby");
+  const auto& k = table_for(Op::kAxpby, x.dtype(), "axpby", x, &y);
   require_same_dtype(x, y, "axpby");
   BRAID_CHECK(x.shape() == y.shape(), kInvalidArgument, "axpby: shapes ", shape_str(x.shape()),
               " and ", shape_str(y.shape()), " differ (expected equal shapes)");
   const Tensor cx = x.contiguous();
   const Tensor cy = y.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kc::axpby(x.dtype(), x.numel(), alpha, cx.data_ptr(), beta, cy.data_ptr(), out.data_ptr());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  k.axpby(stream_for(x.device()), x.dtype(), x.numel(), alpha, cx.data_ptr(), beta, cy.data_ptr(),
+          out.data_ptr());
   return out;
 }
 
 void axpby_(double alpha, const Tensor& x, double beta, Tensor& y) {
-  require_cpu(x, "axpby_");
-  require_cpu(y, "axpby_");
+  const auto& k = table_for(Op::kAxpby, x.dtype(), "axpby_", x, &y);
   require_same_dtype(x, y, "axpby_");
   BRAID_CHECK(x.shape() == y.shape(), kInvalidArgument, "axpby_: shapes ", shape_str(x.shape()),
               " and ", shape_str(y.shape()), " differ (expected equal shapes)");
   BRAID_CHECK(y.is_contiguous(), kInvalidArgument, "axpby_: the destination must be contiguous");
   const Tensor cx = x.contiguous();
-  kc::axpby(x.dtype(), x.numel(), alpha, cx.data_ptr(), beta, y.data_ptr(), y.data_ptr());
+  k.axpby(stream_for(x.device()), x.dtype(), x.numel(), alpha, cx.data_ptr(), beta, y.data_ptr(),
+          y.data_ptr());
 }
 
 Tensor scale(const Tensor& x, double alpha) {
-  require_cpu(x, "scale");
+  const auto& k = table_for(Op::kScale, x.dtype(), "scale", x);
   const Tensor cx = x.contiguous();
-  Tensor out = Tensor::empty(x.shape(), x.dtype());
-  kc::scale(x.dtype(), x.numel(), alpha, cx.data_ptr(), out.data_ptr());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  k.scale(stream_for(x.device()), x.dtype(), x.numel(), alpha, cx.data_ptr(), out.data_ptr());
   return out;
 }
 

@@ -1,4 +1,5 @@
-// Tensor: factories, metadata, views and copies. Element work goes through kernels/cpu.h;
+// Tensor: factories, metadata, views and copies. Element work goes through the kernel table of
+// the tensor's device (braid/kernels/table.h);
 // memory through the device's Allocator; copies between devices through DeviceRuntime.
 #include "braid/tensor/tensor.h"
 
@@ -9,10 +10,12 @@
 
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
+#include "dispatch.h"
 
 namespace braid {
-namespace kc = kernels::cpu;
+using kernels::Op;
+using kernels::stream_for;
 
 namespace {
 
@@ -24,11 +27,6 @@ size_t reach_bytes(const Shape& shape, const Strides& strides, int64_t offset, s
     last += (shape[i] - 1) * strides[i];
   }
   return static_cast<size_t>(last + 1) * elem;
-}
-
-void require_host(const Tensor& t, const char* what) {
-  BRAID_CHECK(t.device().is_cpu(), kNotSupported, what, ": tensor is on ", t.device(),
-              "; this operation runs on cpu tensors (move it with .to(kCPU))");
 }
 
 }  // namespace
@@ -83,7 +81,8 @@ Tensor Tensor::from_vector(const std::vector<double>& values, Shape shape, DType
               "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape), " (",
               n, " elements)");
   Tensor t = empty(std::move(shape), dtype);
-  kc::cast(values.data(), DType::kF64, t.data_ptr(), dtype, n);
+  kernels::kernels_for(kCPU).cast(stream_for(kCPU), values.data(), DType::kF64, t.data_ptr(), dtype,
+                                  n, kernels::CastMode::kDefault);
   return t;
 }
 
@@ -407,30 +406,34 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     if (!landing.shares_storage(*this)) copy_(landing);
     return *this;
   }
-  require_host(*this, "copy_");
 
   // Same device. Overlapping source and destination: copy the source out first.
   if (src.shares_storage(*this)) src = src.clone();
   const int nd = dim();
+  const Stream s = stream_for(device());
   if (src.dtype_ == dtype_) {
     if (is_contiguous()) {
-      kc::copy_strided(src.data_ptr(), element_size(), nd, shape_.data(), src.strides_.data(),
-                       data_ptr());
+      const auto& k = detail::table_for(Op::kCopyStrided, dtype_, "copy_", *this);
+      k.copy_strided(s, src.data_ptr(), element_size(), nd, shape_.data(), src.strides_.data(),
+                     data_ptr());
     } else {
+      const auto& k = detail::table_for(Op::kCopyToStrided, dtype_, "copy_", *this);
       Tensor packed = src.contiguous();
-      kc::copy_to_strided(packed.data_ptr(), element_size(), nd, shape_.data(), data_ptr(),
-                          strides_.data());
+      k.copy_to_strided(s, packed.data_ptr(), element_size(), nd, shape_.data(), data_ptr(),
+                        strides_.data());
     }
     return *this;
   }
+  const auto& k = detail::table_for(Op::kCast, src.dtype_, "copy_", *this);
   Tensor packed = src.contiguous();
   if (is_contiguous()) {
-    kc::cast(packed.data_ptr(), packed.dtype_, data_ptr(), dtype_, numel());
+    k.cast(s, packed.data_ptr(), packed.dtype_, data_ptr(), dtype_, numel(),
+           kernels::CastMode::kDefault);
   } else {
     Tensor converted = empty(shape_, dtype_, device());
-    kc::cast(packed.data_ptr(), packed.dtype_, converted.data_ptr(), dtype_, numel());
-    kc::copy_to_strided(converted.data_ptr(), element_size(), nd, shape_.data(), data_ptr(),
-                        strides_.data());
+    k.cast(s, packed.data_ptr(), packed.dtype_, converted.data_ptr(), dtype_, numel(),
+           kernels::CastMode::kDefault);
+    copy_(converted);  // same dtype now: the strided scatter above
   }
   return *this;
 }
@@ -452,13 +455,13 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor& Tensor::fill_(Scalar value) {
   check_defined("fill_");
   if (device().is_meta() || numel() == 0) return *this;
-  require_host(*this, "fill_");
+  const auto& k = detail::table_for(Op::kFill, dtype_, "fill_", *this);
   if (is_contiguous()) {
-    kc::fill(data_ptr(), dtype_, numel(), value.to_double());
+    k.fill(stream_for(device()), data_ptr(), dtype_, numel(), value.to_double());
     return *this;
   }
-  Tensor one = empty({}, dtype_);
-  kc::fill(one.data_ptr(), dtype_, 1, value.to_double());
+  Tensor one = empty({}, dtype_, device());
+  k.fill(stream_for(device()), one.data_ptr(), dtype_, 1, value.to_double());
   return copy_(one);
 }
 

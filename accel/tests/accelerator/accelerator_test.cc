@@ -18,6 +18,7 @@
 namespace braid::accel {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 std::shared_ptr<ProcessGroup> one_rank() {
@@ -122,6 +123,21 @@ TEST(Accelerator, BadUseIsAnError) {
               ::testing::ThrowsMessage<Error>(HasSubstr("needs state_json")));
   auto scope = acc.accumulate();
   EXPECT_THAT([&] { acc.accumulate(); }, ::testing::ThrowsMessage<Error>(HasSubstr("do not nest")));
+}
+
+// MULTI_GPU is never run silently on the CPU: it is refused with why (here, where no GPU is
+// visible, CUDA's reason; on a GPU machine, that GPU training is not available yet).
+TEST(Accelerator, MultiGpuIsRefusedNotRunOnTheCpu) {
+  AcceleratorConfig c;
+  c.distributed_type = DistributedType::kMultiGpu;
+  EXPECT_THAT([&] { Accelerator acc(c, one_rank()); },
+              ::testing::ThrowsMessage<Error>(
+                  AllOf(HasSubstr("distributed_type MULTI_GPU"), HasSubstr("use MULTI_CPU"))));
+  try {
+    Accelerator acc(c, one_rank());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+  }
 }
 
 // Model parallelism's errors that one process can reach; the layouts themselves are

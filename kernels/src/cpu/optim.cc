@@ -413,7 +413,7 @@ void check_beta(const char* field, double v) {
 }
 
 void check_dtype(const char* field, DType dt) {
-  BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
+  BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kNotSupported,
               "optimizer_step: ", field, " ", dt, " is not supported (expected f32, bf16 or f16)");
 }
 

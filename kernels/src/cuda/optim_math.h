@@ -21,19 +21,7 @@
 #include "braid/core/float_types.h"
 #include "braid/core/rng.h"
 #include "braid/kernels/optim.h"
-
-#if defined(__CUDACC__) || defined(__HIPCC__)
-#include "vendor.h"
-#define BRAID_HD __host__ __device__
-#else
-#define BRAID_HD
-#endif
-
-#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
-#define BRAID_DEVICE_PASS 1
-#else
-#define BRAID_DEVICE_PASS 0
-#endif
+#include "hd.h"
 
 namespace braid::kernels::cuda::math {
 

@@ -36,6 +36,11 @@
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaStreamSynchronize hipStreamSynchronize
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaGetLastError hipGetLastError
+#define cudaFuncSetAttribute hipFuncSetAttribute
+#define cudaFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeSharedMemPerBlockOptin
 // HIP has no __grid_constant__; its kernel arguments are read from memory with a computed
 // offset anyway, so a struct indexed at run time is not copied to scratch.
 #define BRAID_GRID_CONSTANT

@@ -14,7 +14,7 @@
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/shard/checkpoint.h"
 #include "checkpoint_internal.h"
 #include "checkpoint_test_util.h"
@@ -176,7 +176,8 @@ TEST(ShardedCheckpoint, ReadRangeAcrossPiecesConvertsDtype) {
       for (int64_t hi = lo; hi <= 37; ++hi) {
         std::vector<std::byte> got((hi - lo) * es + 1), want((hi - lo) * es + 1);
         ckpt.read_range("w", lo, hi - lo, got.data(), to);
-        kernels::cpu::cast(w.data<float>() + lo, DType::kF32, want.data(), to, hi - lo);
+        kernels::kernels_for(kCPU).cast(Stream{kCPU}, w.data<float>() + lo, DType::kF32,
+                                        want.data(), to, hi - lo, kernels::CastMode::kDefault);
         ASSERT_EQ(got, want) << dtype_name(to) << " [" << lo << ", " << hi << ")";
       }
     }

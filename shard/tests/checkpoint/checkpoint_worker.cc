@@ -19,7 +19,7 @@
 
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
-#include "braid/kernels/cpu.h"
+#include "braid/kernels/table.h"
 #include "braid/shard/checkpoint.h"
 #include "checkpoint_internal.h"
 #include "checkpoint_test_util.h"
@@ -52,7 +52,8 @@ void check_range(const ShardedCheckpoint& ckpt, const std::string& name, const T
   check(got == ref, where + ": bytes differ from the saved tensor");
   std::vector<double> as_f64(hi - lo), ref_f64(hi - lo);
   ckpt.read_range(name, lo, hi - lo, as_f64.data(), DType::kF64);
-  kernels::cpu::cast(ref.data(), want.dtype(), ref_f64.data(), DType::kF64, hi - lo);
+  kernels::kernels_for(kCPU).cast(Stream{kCPU}, ref.data(), want.dtype(), ref_f64.data(),
+                                  DType::kF64, hi - lo, kernels::CastMode::kDefault);
   check(std::memcmp(as_f64.data(), ref_f64.data(), as_f64.size() * 8) == 0,
         where + ": f64 values differ");
 }

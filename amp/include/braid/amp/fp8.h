@@ -61,7 +61,7 @@ Tensor dequantize_fp8(const Fp8Tensor& x, DType out_dtype = DType::kF32);
 
 // y = op(a) x op(b) for 2-d fp8 operands with per-tensor scales, accumulated in f32 and
 // returned in out_dtype (f32 or bf16). CPU: dequantize both, then the f32 GEMM of
-// kernels/cpu.h (documented: same result as an fp8 tensor core up to accumulation order).
+// the cpu kernels (documented: same result as an fp8 tensor core up to accumulation order).
 enum class Fp8Trans : uint8_t { kNo, kYes };
 Tensor fp8_matmul(const Fp8Tensor& a, const Fp8Tensor& b, Fp8Trans trans_b = Fp8Trans::kNo,
                   DType out_dtype = DType::kF32);

@@ -6,9 +6,14 @@
 //
 // Blocking rules: allocate/free/memset/copy with a null stream are synchronous with
 // respect to the host; with a stream they are ordered on that stream and may return early.
-// Every wait (stream or event synchronize) returns or throws; CPU work is immediate.
+// Every wait (stream, event or device synchronize) returns or throws kTimeout by a deadline
+// (design.md, "No hangs"); CPU work is immediate.
+//
+// Members marked (optional) have a default that is right for a runtime whose work completes
+// when it is enqueued (cpu, meta); GPU runtimes override them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -37,6 +42,8 @@ struct DeviceProperties {
   int compute_minor = 0;
   int multiprocessors = 0;  // SMs / CUs; for cpu the online cores
 };
+
+class Allocator;
 
 class DeviceRuntime {
  public:
@@ -68,6 +75,39 @@ class DeviceRuntime {
   // Makes `stream` wait for `event` without blocking the host.
   virtual void stream_wait_event(Stream stream, Event event) = 0;
   virtual void synchronize_event(Event event) = 0;
+
+  // (optional) The waits above with an explicit deadline instead of the runtime's default
+  // (cuda: BRAID_DEVICE_TIMEOUT). Throw kTimeout naming the stream or event and its device.
+  virtual void synchronize_stream_for(Stream stream, std::chrono::milliseconds timeout) {
+    synchronize_stream(stream);
+  }
+  virtual void synchronize_event_for(Event event, std::chrono::milliseconds timeout) {
+    synchronize_event(event);
+  }
+
+  // (optional) Why device_count() is 0, in the runtime's own words ("cudaGetDeviceCount
+  // returned cudaErrorInsufficientDriver ..."); empty when devices exist or nothing is known.
+  // device_runtime() adds it to its kNotSupported message.
+  virtual std::string unavailable_reason() const { return {}; }
+
+  // (optional) The calling thread's current device index (cudaGetDevice) and setting it.
+  // set_current_device throws kOutOfRange for an index that does not exist.
+  virtual int current_device() const { return 0; }
+  virtual void set_current_device(int index);
+
+  // (optional) Lets device `index` access memory of device `peer` directly (kernels and
+  // copies). Returns true when enabled (also when it already was, or index == peer), false
+  // when the hardware cannot; copies between such devices still work, staged by the driver.
+  virtual bool enable_peer_access(int index, int peer) { return index == peer; }
+
+  // (optional) An allocator for device `index` that replaces the generic caching allocator
+  // get_allocator() builds over raw_allocate (a GPU runtime's stream-aware one); nullptr:
+  // use the generic one. Called once per device; the caller owns the result.
+  virtual std::unique_ptr<Allocator> create_allocator(int index);
+
+  // (optional) The process-wide allocator of page-locked host memory that this runtime's
+  // copies can read and write asynchronously, or nullptr when it has none. Never destroyed.
+  virtual Allocator* pinned_host_allocator() { return nullptr; }
 };
 
 // The runtime for a device type. Throws kNotSupported when that type was not built

@@ -17,8 +17,19 @@
 
 #include "braid/core/cpu_features.h"
 #include "braid/core/dtype.h"
+#include "braid/kernels/types.h"
 
 namespace braid::kernels::cpu {
+
+// The vocabulary every device shares lives in types.h; the cpu names stay valid.
+using kernels::ActivationGrad;
+using kernels::AttentionArgs;
+using kernels::BinaryOp;
+using kernels::CastMode;
+using kernels::GemmArgs;
+using kernels::ReduceOp;
+using kernels::Trans;
+using kernels::UnaryOp;
 
 // ---- data movement ----------------------------------------------------------------------
 
@@ -29,7 +40,6 @@ namespace braid::kernels::cpu {
 // toward zero and saturates: NaN -> 0, out of range and +-Inf -> the nearest limit (as Rust's
 // `as`). Integer -> integer wraps (as C++ / torch); bool targets are (x != 0). Same dtype:
 // a copy (src and dst may overlap). Every SIMD path is bit-identical to the scalar one.
-enum class CastMode : uint8_t { kDefault, kSaturate };
 void cast(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n,
           CastMode mode = CastMode::kDefault);
 
@@ -51,8 +61,6 @@ void copy_nontemporal(void* dst, const void* src, int64_t bytes);
 
 // ---- elementwise ------------------------------------------------------------------------
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kMax, kMin };
-
 // out[idx] = a[idx] op b[idx] over an n-d index space `shape` (ndim >= 0; ndim == 0 is one
 // element). a_strides / b_strides may hold 0 to broadcast; out is contiguous. All three share
 // `dtype` (f64, f32, f16, bf16, i64, i32; others throw kNotSupported).
@@ -70,28 +78,12 @@ void axpby(DType dtype, int64_t n, double alpha, const void* x, double beta, con
 // out[i] = alpha * x[i]; out may alias x.
 void scale(DType dtype, int64_t n, double alpha, const void* x, void* out);
 
-enum class UnaryOp : uint8_t {
-  kExp,
-  kLog,
-  kTanh,
-  kSigmoid,
-  kRelu,
-  kGelu /* exact, erf */,
-  kGeluTanh,
-  kSilu,
-  kSqrt,
-  kRsqrt,
-  kNeg,
-  kAbs
-};
 // out[i] = op(x[i]), contiguous; out may alias x. Float dtypes only. The scalar level computes
 // in double with <cmath> and rounds once; the SIMD levels (f32, f16, bf16) use polynomial
 // approximations whose error bounds docs/kernels.md lists.
 void unary(UnaryOp op, DType dtype, int64_t n, const void* x, void* out);
 
 // ---- reductions ---------------------------------------------------------------------------
-
-enum class ReduceOp : uint8_t { kSum, kMean, kMax, kMin, kNormL2 };
 
 // Reduces the middle axis of a contiguous [outer, len, inner] array:
 //   out[o, i] = reduce_{k < len} x[o, k, i]
@@ -113,24 +105,6 @@ void softmax(DType dtype, int64_t rows, int64_t len, const void* x, void* out, b
 
 // ---- GEMM ---------------------------------------------------------------------------------
 
-enum class Trans : uint8_t { kNo, kYes };
-
-struct GemmArgs {
-  Trans trans_a = Trans::kNo;
-  Trans trans_b = Trans::kNo;
-  int64_t m = 0, n = 0, k = 0;  // C is m x n; op(A) is m x k; op(B) is k x n
-  double alpha = 1.0, beta = 0.0;
-  const void* a = nullptr;  // row-major, leading dimension lda (elements)
-  int64_t lda = 0;
-  const void* b = nullptr;
-  int64_t ldb = 0;
-  void* c = nullptr;
-  int64_t ldc = 0;
-  DType ab_dtype = DType::kF32;  // f32, f64, f16, bf16
-  DType c_dtype = DType::kF32;   // ab_dtype; for f16 / bf16 inputs also f32 or f64
-  int64_t batch = 1;             // C[i] = alpha op(A[i]) op(B[i]) + beta C[i]
-  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch items
-};
 // Row-major GEMM. f16 / bf16 inputs are accumulated in f32. beta == 0 ignores C's contents
 // (NaN in C does not propagate). lda is at least the row length of the stored A (k, or m
 // when transposed), ldb likewise (n, or k), ldc >= n. Batch strides may be 0 for A and B
@@ -173,7 +147,6 @@ void rms_norm_backward(DType dtype, int64_t rows, int64_t d, const void* x, cons
 // s (1 + x (1 - s)), s = sigmoid(x). The scalar level computes in double and rounds once;
 // the SIMD levels compute f32 / f16 / bf16 in f32 with the vector math of unary() (error
 // bounds in docs/kernels.md).
-enum class ActivationGrad : uint8_t { kRelu, kGelu, kGeluTanh, kSilu };
 void activation_backward(ActivationGrad op, DType dtype, int64_t n, const void* x, const void* dy,
                          void* dx);
 
@@ -238,12 +211,6 @@ void cross_entropy_backward(DType logits_dtype, int64_t rows, int64_t classes, c
 // so the bits do not depend on the thread count. The scalar level (CpuIsa::kScalar) is the
 // reference: plain loops over whole rows; the SIMD levels run the blocked path (row blocks of
 // the triangle through a register-blocked f32 micro-kernel; gemm() for f64).
-struct AttentionArgs {
-  int64_t batch = 0, seq = 0, n_head = 0, head_dim = 0;
-  DType dtype = DType::kF32;  // qkv, out and their gradients: f64, f32, f16, bf16
-  double dropout_p = 0.0;     // in [0, 1); 0 applies no dropout
-  uint64_t dropout_seed = 0, dropout_offset = 0;  // offset a multiple of 4
-};
 // out[B, T, C] from qkv[B, T, 3C].
 void causal_attention_forward(const AttentionArgs& args, const void* qkv, void* out);
 // dqkv[B, T, 3C] (overwritten) from qkv and dout[B, T, C].

@@ -97,7 +97,7 @@ class Optimizer : public amp::ScaledOptimizer {
   // Rounding of 16-bit parameters after each step; kStochastic needs bf16 parameters.
   void set_rounding(kernels::Rounding rounding, uint64_t seed = 0);
   // Threads a step may use: large groups are split over them with the same bits
-  // (kernels::cpu::optimizer_step_threaded). Until set here, braid's intra-op thread count
+  // (the cpu table's optimizer_step). Until set here, braid's intra-op thread count
   // (braid::get_num_threads(): BRAID_NUM_THREADS, default 1), read at each step. Raise it when
   // this rank owns spare cores.
   void set_num_threads(int threads);

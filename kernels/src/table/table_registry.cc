@@ -1,0 +1,143 @@
+// The kernel table registry: the one file that knows which device tables this build has
+// (braid/core/config.h). cpu and meta are always built; cuda when BRAID_HAVE_CUDA. Tables are
+// plain static data, looked up by device type with no lock.
+#include "braid/core/config.h"
+#include "braid/core/error.h"
+#include "braid/kernels/table.h"
+#include "table_support.h"
+
+namespace braid::kernels {
+
+namespace detail {
+const KernelTable& cpu_kernel_table();   // table_cpu.cc
+const KernelTable& meta_kernel_table();  // table_meta.cc
+#if BRAID_HAVE_CUDA
+const KernelTable& cuda_kernel_table();  // kernels/src/cuda/table_cuda.cu
+#endif
+
+bool reference_supports(Op op, DType d) {
+  const bool f64 = d == DType::kF64, f32 = d == DType::kF32;
+  const bool half = d == DType::kF16 || d == DType::kBF16;
+  const bool flt = f64 || f32 || half;  // the float dtypes the computing kernels take
+  switch (op) {
+    case Op::kCast:
+    case Op::kFill:
+    case Op::kCopyStrided:
+    case Op::kCopyToStrided:
+    case Op::kEmbeddingForward:  // rows are copied as bytes
+      return true;
+    case Op::kBinary:
+    case Op::kReduce:  // integer mean / norm are refused by the call (docs in cpu.h)
+      return flt || d == DType::kI64 || d == DType::kI32;
+    case Op::kAxpby:
+    case Op::kScale:
+    case Op::kUnary:
+    case Op::kSoftmax:
+    case Op::kGemm:
+    case Op::kActivationBackward:
+    case Op::kMaskedScale:
+    case Op::kCrossEntropyForward:
+    case Op::kCrossEntropyBackward:
+    case Op::kAttentionForward:
+    case Op::kAttentionBackward:
+      return flt;
+    case Op::kLayerNormForward:
+    case Op::kLayerNormBackward:
+    case Op::kRmsNormForward:
+    case Op::kRmsNormBackward:
+    case Op::kEmbeddingBackward:
+      return f64 || f32;
+    case Op::kOptimizerStep:
+    case Op::kUnscaleCheckFinite:
+      return f32 || half;
+  }
+  return false;
+}
+
+}  // namespace detail
+
+const KernelTable& kernels_for(DeviceType type) {
+  switch (type) {
+    case DeviceType::kCPU:
+      return detail::cpu_kernel_table();
+    case DeviceType::kMeta:
+      return detail::meta_kernel_table();
+#if BRAID_HAVE_CUDA
+    case DeviceType::kCUDA:
+      return detail::cuda_kernel_table();
+#endif
+    default:
+      break;
+  }
+  BRAID_FAIL(kNotSupported, "kernels_for(", device_type_name(type), "): this build has no ",
+             device_type_name(type),
+             " kernels (built: ", BRAID_HAVE_CUDA ? "cpu, meta, cuda" : "cpu, meta", ")");
+}
+
+bool has_kernels(DeviceType type) {
+  return type == DeviceType::kCPU || type == DeviceType::kMeta ||
+         (BRAID_HAVE_CUDA && type == DeviceType::kCUDA);
+}
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::kCast:
+      return "cast";
+    case Op::kFill:
+      return "fill";
+    case Op::kCopyStrided:
+      return "copy_strided";
+    case Op::kCopyToStrided:
+      return "copy_to_strided";
+    case Op::kBinary:
+      return "binary";
+    case Op::kAxpby:
+      return "axpby";
+    case Op::kScale:
+      return "scale";
+    case Op::kUnary:
+      return "unary";
+    case Op::kReduce:
+      return "reduce";
+    case Op::kSoftmax:
+      return "softmax";
+    case Op::kGemm:
+      return "gemm";
+    case Op::kLayerNormForward:
+      return "layer_norm_forward";
+    case Op::kLayerNormBackward:
+      return "layer_norm_backward";
+    case Op::kRmsNormForward:
+      return "rms_norm_forward";
+    case Op::kRmsNormBackward:
+      return "rms_norm_backward";
+    case Op::kActivationBackward:
+      return "activation_backward";
+    case Op::kMaskedScale:
+      return "masked_scale";
+    case Op::kEmbeddingForward:
+      return "embedding_forward";
+    case Op::kEmbeddingBackward:
+      return "embedding_backward";
+    case Op::kCrossEntropyForward:
+      return "cross_entropy_forward";
+    case Op::kCrossEntropyBackward:
+      return "cross_entropy_backward";
+    case Op::kAttentionForward:
+      return "causal_attention_forward";
+    case Op::kAttentionBackward:
+      return "causal_attention_backward";
+    case Op::kOptimizerStep:
+      return "optimizer_step";
+    case Op::kUnscaleCheckFinite:
+      return "unscale_and_check_finite";
+  }
+  return "unknown op";
+}
+
+void require_support(const KernelTable& table, Op op, DType dtype) {
+  BRAID_CHECK(table.supports(op, dtype), kNotSupported, op_name(op), ": dtype ", dtype,
+              " is not supported on ", device_type_name(table.device));
+}
+
+}  // namespace braid::kernels
