@@ -1,8 +1,10 @@
 // Collectives on braid's ProcessGroup: raw buffers through ProcessGroup::run (the embedding
-// path), blocking calls. The shm backend waits on its futex path; nothing here spins.
+// path), blocking calls. The shm backend waits on its futex path; nothing here spins. A GPU
+// backend (nccl) gets device buffers (memory_device) and its blocking calls wait for the GPU.
 #include <memory>
 
 #include "bench/collectives.h"
+#include "bench/device_memory.h"
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
 
@@ -29,12 +31,18 @@ CollectiveKind kind_of(Op op) {
 
 class BraidCollectives final : public Collectives {
  public:
-  BraidCollectives(std::shared_ptr<Store> store, const std::string& backend) : backend_(backend) {
+  BraidCollectives(std::shared_ptr<Store> store, const std::string& backend)
+      : backend_(backend), device_(memory_device_of(backend)) {
     ProcessGroupOptions o;
     o.backend = backend;
     o.store = std::move(store);
     pg_ = ProcessGroup::create(o);
+    if (!device_.is_host()) scratch_ = device_allocate(device_, sizeof(double));
   }
+  ~BraidCollectives() override {
+    if (scratch_ != nullptr) device_free(device_, scratch_);
+  }
+  Device memory_device() const override { return device_; }
   std::string name() const override { return "braid " + backend_; }
   int rank() const override { return pg_->rank(); }
   int size() const override { return pg_->size(); }
@@ -48,6 +56,7 @@ class BraidCollectives final : public Collectives {
     d.dtype = dtype;
     d.op = redop;
     d.root = root;
+    d.device = device_;
     pg_->run(d)->wait();
     return b.recv;
   }
@@ -61,6 +70,14 @@ class BraidCollectives final : public Collectives {
     d.recv = &value;
     d.count = 1;
     d.dtype = DType::kF64;
+    d.device = device_;
+    if (scratch_ != nullptr) {  // a GPU backend reduces device memory
+      copy_to_device(device_, scratch_, &value, sizeof value);
+      d.send = d.recv = scratch_;
+      pg_->run(d)->wait();
+      copy_to_host(device_, &value, scratch_, sizeof value);
+      return value;
+    }
     pg_->run(d)->wait();
     return value;
   }
@@ -71,8 +88,10 @@ class BraidCollectives final : public Collectives {
   void release_shared(void* p) override { pg_->backend().release(p); }
 
  private:
-  std::shared_ptr<ProcessGroup> pg_;
   std::string backend_;
+  Device device_;
+  std::shared_ptr<ProcessGroup> pg_;
+  void* scratch_ = nullptr;  // one f64 on device_ for sum_across, when that is a GPU
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "braid/core/device.h"
 
 namespace braid {
 class Store;
@@ -44,6 +45,9 @@ class Collectives {
   virtual double sum_across(double value) = 0;
   // Empty when supported, else why not (the dtype or op has no equivalent).
   virtual std::string unsupported(Op op, DType dtype, ReduceOp redop) const = 0;
+  // Where the buffers of run() must live: the host, or a GPU for a GPU backend (nccl), whose
+  // buffers the sweep allocates there and checks through host copies (device_memory.h).
+  virtual Device memory_device() const { return kCPU; }
   // -R 1: memory the library's collectives use without staging copies (braid: the backend's
   // allocate(), zero-copy on shm); nullptr where the library has none. Free with release().
   virtual void* allocate_shared(size_t bytes) { return nullptr; }

@@ -7,21 +7,26 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "bench/check.h"
+#include "bench/device_memory.h"
 #include "braid/core/allocator.h"
 #include "braid/core/error.h"
 
 namespace braid::bench {
 namespace {
 
-// Frees through braid's cpu allocator (the block's DataPtr), or through the library that
-// handed the block out (-R 1).
+// Frees through braid's cpu allocator (the block's DataPtr), through the library that
+// handed the block out (-R 1), or on the GPU a GPU backend works on.
 struct BufferDeleter {
   Collectives* lib = nullptr;
   std::shared_ptr<DataPtr> block;  // -R 0: released with the deleter
+  Device device = kCPU;            // not the host: device memory (device_memory.h)
   void operator()(unsigned char* p) const {
-    if (lib) {
+    if (!device.is_host()) {
+      device_free(device, p);
+    } else if (lib) {
       lib->release_shared(p);
     }
   }
@@ -33,6 +38,10 @@ using Buffer = std::unique_ptr<unsigned char, BufferDeleter>;
 // allocator with -R 1 where it has one; touched, so no page fault lands inside a timed loop.
 Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
   const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 4095) / 4096 * 4096;
+  if (const Device device = lib.memory_device(); !device.is_host()) {
+    auto* p = static_cast<unsigned char*>(device_allocate(device, size));  // zeroed
+    return Buffer(p, BufferDeleter{nullptr, nullptr, device});
+  }
   if (shared) {
     if (void* p = lib.allocate_shared(size)) {
       std::memset(p, 0, size);
@@ -80,10 +89,10 @@ class Runner {
     elem_ = dtype_size(o.dtype);
     const int64_t max_count = count_for(op, o.max_bytes, o.dtype, n_);
     const bool shared = o.shared_buffers;
-    bufs_.send =
-        make_buffer(input_elements(op, max_count, n_) * static_cast<int64_t>(elem_), lib, shared);
-    bufs_.recv =
-        make_buffer(result_elements(op, max_count, n_) * static_cast<int64_t>(elem_), lib, shared);
+    send_bytes_ = static_cast<size_t>(input_elements(op, max_count, n_)) * elem_;
+    recv_bytes_ = static_cast<size_t>(result_elements(op, max_count, n_)) * elem_;
+    bufs_.send = make_buffer(static_cast<int64_t>(send_bytes_), lib, shared);
+    bufs_.recv = make_buffer(static_cast<int64_t>(recv_bytes_), lib, shared);
   }
 
   void warmup(int64_t bytes) {
@@ -150,9 +159,36 @@ class Runner {
 
   int64_t check(const CallBuffers& b) {
     CheckCall c{op_, o_.dtype, o_.redop, lib_.rank(), n_, o_.root};
+    const Device device = lib_.memory_device();
+    if (!device.is_host()) return check_on_device(c, b, device);
     fill_inputs(c, b);
     void* result = call(b);
     const double wrong = static_cast<double>(count_wrong(c, result, b.count));
+    return static_cast<int64_t>(lib_.sum_across(wrong));
+  }
+
+  // The same on device buffers: inputs filled in host mirrors of both buffers (the same
+  // offsets) and copied over, the result copied back where the call left it.
+  int64_t check_on_device(const CheckCall& c, const CallBuffers& b, Device device) {
+    std::vector<unsigned char> send(send_bytes_), recv(recv_bytes_);
+    auto* dev_send = bufs_.send.get();
+    auto* dev_recv = bufs_.recv.get();
+    auto mirror = [&](const void* p) -> unsigned char* {
+      auto* q = static_cast<const unsigned char*>(p);
+      if (q >= dev_send && q < dev_send + send_bytes_) return send.data() + (q - dev_send);
+      return recv.data() + (q - dev_recv);
+    };
+    CallBuffers host = b;
+    host.send = mirror(b.send);
+    host.recv = mirror(b.recv);
+    fill_inputs(c, host);
+    copy_to_device(device, dev_send, send.data(), send_bytes_);
+    copy_to_device(device, dev_recv, recv.data(), recv_bytes_);
+    auto* result = static_cast<unsigned char*>(call(b));
+    const size_t bytes = static_cast<size_t>(result_elements(op_, b.count, n_)) * elem_;
+    unsigned char* host_result = mirror(result);
+    copy_to_host(device, host_result, result, bytes);
+    const double wrong = static_cast<double>(count_wrong(c, host_result, b.count));
     return static_cast<int64_t>(lib_.sum_across(wrong));
   }
 
@@ -161,6 +197,7 @@ class Runner {
   Op op_;
   int n_ = 1;
   size_t elem_ = 4;
+  size_t send_bytes_ = 0, recv_bytes_ = 0;  // as asked for (make_buffer rounds up)
   Buffers bufs_;
 };
 

@@ -13,6 +13,9 @@
 #if BRAID_HAVE_MPI
 #include "mpi_backend.h"
 #endif
+#if BRAID_HAVE_NCCL
+#include "nccl_backend.h"
+#endif
 #if BRAID_HAVE_UCX
 #include "hier_backend.h"
 #include "p2p_collectives.h"
@@ -40,6 +43,9 @@ void register_builtin_backends() {
   register_shm_backend();
 #if BRAID_HAVE_MPI
   register_mpi_backend();
+#endif
+#if BRAID_HAVE_NCCL
+  register_nccl_backend();
 #endif
 #if BRAID_HAVE_UCX
   register_backend("ucx", [](const BackendContext& ctx) {
@@ -115,6 +121,9 @@ std::string communication_report() {
 #endif
 #if BRAID_HAVE_MPI
   out << "mpi: " << mpi_library_version() << "\n";
+#endif
+#if BRAID_HAVE_NCCL
+  out << "nccl: " << nccl_library_version() << "\n";
 #endif
   return out.str();
 }

@@ -68,6 +68,7 @@ CollectiveDesc desc_for(Kind kind, const Tensor& t, const CallOptions& o) {
   d.device = t.device();
   d.op = o.op;
   d.premul_factor = o.premul_factor;
+  d.stream = o.stream;
   return d;
 }
 
@@ -323,6 +324,7 @@ std::shared_ptr<Work> ProcessGroup::barrier(const CallOptions& o) {
   CollectiveDesc d;
   d.kind = Kind::kBarrier;
   d.dtype = DType::kU8;
+  d.stream = o.stream;
   return impl_->submit(d, o, record(d, nullptr));
 }
 
@@ -442,6 +444,8 @@ std::shared_ptr<Work> ProcessGroup::run(CollectiveDesc desc, const CallOptions& 
   // A timeout already in the descriptor counts as the call's own unless the options give one.
   CallOptions resolved = o;
   if (!resolved.timeout && desc.timeout.count() > 0) resolved.timeout = desc.timeout;
+  // Likewise the stream: the options' when they name one, else the descriptor's.
+  if (o.stream.handle != nullptr) desc.stream = o.stream;
   const CallRecord rec = record(desc, nullptr);
   return impl_->submit(std::move(desc), resolved, rec);
 }

@@ -227,4 +227,15 @@ RankInfo detect_rank_info() {
   return info;
 }
 
+int default_device_index(int local_rank, int device_count) {
+  BRAID_CHECK(device_count > 0, kNotSupported, "no GPU is visible to this process (device count ",
+              device_count, "); expected at least one for local rank ", local_rank);
+  if (local_rank < device_count) return local_rank;
+  if (device_count == 1) return 0;  // one device per rank (CUDA_VISIBLE_DEVICES per rank)
+  BRAID_FAIL(kNotSupported, "local rank ", local_rank,
+             " (LOCAL_RANK) has no GPU of its own: ", device_count,
+             " are visible to this process; expected LOCAL_RANK below the device ",
+             "count, or exactly one visible device per rank");
+}
+
 }  // namespace braid

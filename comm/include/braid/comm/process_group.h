@@ -29,6 +29,10 @@ struct CallOptions {
   double premul_factor = 1.0;                        // for ReduceOp::kPremulSum
   std::optional<std::chrono::milliseconds> timeout;  // overrides the group's
   AsyncOp async = AsyncOp::kNo;                      // kNo: waits before returning
+  // GPU backends (nccl): the stream the call is ordered with (CollectiveDesc::stream); the
+  // default, a null handle, is the device's default stream. For run(desc): this, else
+  // desc.stream.
+  Stream stream;
 };
 
 struct ProcessGroupOptions {

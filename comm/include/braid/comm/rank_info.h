@@ -43,4 +43,11 @@ struct RankInfo {
 //   if (me.rank == 0) log_info("world of ", me.world_size, " from ", me.source);
 RankInfo detect_rank_info();
 
+// The GPU a rank uses by default (docs/comm.md, "nccl"), given how many devices of the type
+// this process sees: LOCAL_RANK (`local_rank`) when it is below `device_count`; 0 when a single
+// device is visible (the launcher gave each rank its own, CUDA_VISIBLE_DEVICES per rank).
+// Throws kNotSupported naming both numbers otherwise (device_count 0 included), so two ranks
+// never silently share a device. The nccl backend and `braid bench` both choose through it.
+int default_device_index(int local_rank, int device_count);
+
 }  // namespace braid

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "braid/core/device.h"
+#include "braid/core/device_runtime.h"
 #include "braid/core/dtype.h"
 
 namespace braid {
@@ -62,6 +63,10 @@ struct CollectiveDesc {
   int peer = -1;               // send / recv (group rank)
   int64_t tag = 0;             // send / recv
   std::vector<int64_t> send_counts, send_offsets, recv_counts, recv_offsets;  // kAllToAllV
+  // GPU backends (nccl): the caller's stream. The collective starts after the work queued on it
+  // so far, and work queued on it afterwards starts after the collective (events, no host
+  // wait). A null handle is the device's default stream. Host backends ignore it.
+  Stream stream;
   std::chrono::milliseconds timeout{0};  // resolved by the front: call > group > BRAID_TIMEOUT
   uint64_t seq = 0;                      // this call's sequence number in its group
   uint64_t signature = 0;  // hash of (kind, dtype, count, op, root, group): cross-rank check
