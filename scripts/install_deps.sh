@@ -20,6 +20,7 @@ APT_PACKAGES=(
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
   slurmd slurmctld slurm-client munge                      # tests/multinode: jobs under a real srun
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
+  hipcc libamdhip64-dev                                    # HIP 5.2: kernels.hip_compile (docs/gpu.md, "HIP"); 66 MB, ~20 s
 )
 
 # Python packages for the python3 on PATH. When that interpreter is Debian's own

@@ -80,8 +80,7 @@ void visit_any(DType d, Fn&& fn) {
   BRAID_FAIL(kInvalidArgument, "dtype value ", static_cast<int>(d), " is not a DType");
 }
 
-// ---- n-d layouts
-// ---------------------------------------------------------------------------------
+// ---- n-d layouts ----------------------------------------------------------------------------
 
 // At most this many dimensions after coalescing (size-1 dimensions dropped, neighbours merged
 // where every operand walks them densely). More throws kNotSupported naming the kernel.
@@ -142,12 +141,13 @@ __device__ inline void nd_offsets(const NdLayout& l, int64_t i, int64_t& o0, int
   }
 }
 
-// ---- Note [Fixed reduction trees]
-// ---------------------------------------------------------------- Floating-point sums on the GPU
-// never use atomics: thread t of a block accumulates elements t, t + B, t + 2B, ... in order, then
-// the B partials are folded by halving (t combines with t + h for h = B/2, ..., 1) in shared
-// memory. B is a compile-time constant of each kernel, so the order depends on neither the launch
-// timing nor the GPU: every run gives the same bits.
+// ---- reductions -------------------------------------------------------------------------------
+
+// Note [Fixed reduction trees]: floating-point sums on the GPU never use atomics. Thread t of a
+// block accumulates elements t, t + B, t + 2B, ... in order, then the B partials are folded by
+// halving (t combines with t + h for h = B/2, ..., 1) in shared memory. B is a compile-time
+// constant of each kernel, so the order depends on neither the launch timing nor the GPU: every
+// run gives the same bits.
 
 // Folds v (one per thread of a block of kB threads, kB a power of two) with `op`; every thread
 // gets the result. `smem` holds kB values; it may be reused after the call.

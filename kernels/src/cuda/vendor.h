@@ -3,16 +3,33 @@
 // to HIP's, as ggml-cuda/vendors/hip.h does. Only the names the sources use are mapped: add
 // one here when a source starts using it, never #if in the sources.
 //
-// Status: the CUDA side is built and linked; HIP is not installed on the build machines, so
-// the HIP side has never been compiled (docs/gpu.md), and cuBLASLt (gemm_fp8.cu) would need
-// hipBLASLt, which Debian does not package.
+// Status: the CUDA side is built and linked. The HIP side is compiled, objects only, for gfx90a
+// with Debian 12's HIP 5.2 by scripts/hip_check.sh (ctest kernels.hip_compile; docs/gpu.md,
+// "HIP"), except gemm_fp8.cu: cuBLASLt would need hipBLASLt, which Debian does not package.
 #pragma once
 
 #if defined(__HIPCC__)
 
-#include <hip/hip_bf16.h>
 #include <hip/hip_fp16.h>
 #include <hip/hip_runtime.h>
+
+// bf16. HIP 5.2 (Debian 12's) has no hip/hip_bf16.h, where later ROCm releases put CUDA's bf16
+// intrinsics (as __hip_bfloat16). The two the sources use are written here with CUDA's results
+// (round to nearest even; NaN becomes the canonical 0x7fff, as cvt.rn.bf16.f32 gives), under
+// braid's own names so that a newer ROCm's declarations never clash with them.
+struct braid_hip_bf16 {
+  unsigned short x;
+};
+__device__ inline braid_hip_bf16 braid_hip_float2bfloat16_rn(float f) {
+  const unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {0x7fffu};
+  return {static_cast<unsigned short>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+__device__ inline unsigned short braid_hip_bfloat16_as_ushort(braid_hip_bf16 b) {
+  return b.x;
+}
+#define __float2bfloat16_rn braid_hip_float2bfloat16_rn
+#define __bfloat16_as_ushort braid_hip_bfloat16_as_ushort
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
