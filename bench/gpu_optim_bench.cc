@@ -10,15 +10,9 @@
 //   braid_gpu_optim_bench --quick    smaller sizes, for a smoke test
 //   braid_gpu_optim_bench --probe    prints the device and exits: 0 with a GPU, 2 without
 // Exit status: 0 done, 1 a CUDA / braid error, 2 no usable GPU.
-#include <cublasLt.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -26,60 +20,13 @@
 #include "braid/core/error.h"
 #include "braid/kernels/cuda.h"
 #include "braid/kernels/optim.h"
+#include "gpu_bench_util.h"
 
 namespace {
 
 using braid::DType;
 namespace bk = braid::kernels;
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                             cudaGetErrorString(e) + ")");
-  }
-}
-void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) {
-    throw std::runtime_error(std::string(what) + ": " + cublasLtGetStatusName(s));
-  }
-}
-
-// cudaMalloc'd memory, freed on scope exit.
-struct Buffer {
-  void* p = nullptr;
-  explicit Buffer(size_t bytes) { check(cudaMalloc(&p, bytes), "cudaMalloc"); }
-  ~Buffer() { cudaFree(p); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(p);
-  }
-};
-
-// Median of `iters` timed runs (after `warmup`), in milliseconds, timed with CUDA events on
-// the default stream.
-double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 15) {
-  for (int i = 0; i < warmup; ++i) fn();
-  check(cudaDeviceSynchronize(), "warm-up");
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) {
-    check(cudaEventRecord(start, nullptr), "cudaEventRecord");
-    fn();
-    check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using namespace braid::bench::gpu;  // check, Buffer, time_ms, fill_random, cublaslt_gemm_ms
 
 void row(const std::string& name, const std::string& size, double ms, double rate, const char* unit,
          double peer) {
@@ -155,64 +102,6 @@ void bench_unscale(int64_t n, double memcpy_gbs) {
 
 // ---- GEMM ------------------------------------------------------------------------------------
 
-// Random finite bytes: for fp8 small values of either sign (never the NaN codes 0x7f / 0xff),
-// for bf16 moderate positive values. A 1 MiB random pattern is tiled (drawing 400 M bytes one
-// by one would take seconds).
-void fill_random(void* dev, size_t bytes, bool fp8) {
-  std::vector<uint8_t> pattern(size_t{1} << 20);
-  std::mt19937 rng(1);
-  for (auto& b : pattern) {
-    b = static_cast<uint8_t>(fp8 ? (0x30 + rng() % 16) | (rng() & 0x80) : 0x3c + rng() % 4);
-  }
-  std::vector<uint8_t> host(bytes);
-  for (size_t i = 0; i < bytes; i += pattern.size()) {
-    std::memcpy(host.data() + i, pattern.data(), std::min(pattern.size(), bytes - i));
-  }
-  check(cudaMemcpy(dev, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-}
-
-// cuBLASLt's bf16 GEMM called directly (column-major TN, f32 accumulation, bf16 out), with
-// the heuristic and the workspace paid once: the peer braid's GEMMs are read against.
-double bench_cublaslt_bf16(int64_t n, const void* a, const void* b, void* c) {
-  cublasLtHandle_t h;
-  check(cublasLtCreate(&h), "cublasLtCreate");
-  cublasLtMatmulDesc_t desc;
-  check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "transa");
-  check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn),
-        "transb");
-  cublasLtMatrixLayout_t la, lb, lc;
-  check(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n), "layout");
-  check(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n), "layout");
-  check(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n), "layout");
-  cublasLtMatmulPreference_t pref;
-  check(cublasLtMatmulPreferenceCreate(&pref), "pref");
-  const uint64_t ws_bytes = uint64_t{32} << 20;
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &ws_bytes, sizeof ws_bytes),
-        "pref");
-  cublasLtMatmulHeuristicResult_t res{};
-  int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 1, &res, &found),
-        "heuristic");
-  if (found == 0) throw std::runtime_error("cuBLASLt has no bf16 algorithm");
-  Buffer ws(ws_bytes);
-  const float alpha = 1.0f, beta = 0.0f;
-  const double ms = time_ms([&] {
-    check(cublasLtMatmul(h, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &res.algo, ws.p,
-                         ws_bytes, nullptr),
-          "cublasLtMatmul");
-  });
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(desc);
-  cublasLtDestroy(h);
-  return ms;
-}
-
 void bench_gemm(int64_t n, bool fp8_ok) {
   const double flops = 2.0 * n * n * n;
   Buffer a16(n * n * 2), b16(n * n * 2), c16(n * n * 2), a8(n * n), b8(n * n), scale(8);
@@ -224,7 +113,8 @@ void bench_gemm(int64_t n, bool fp8_ok) {
   check(cudaMemcpy(scale.p, ones, sizeof ones, cudaMemcpyHostToDevice), "cudaMemcpy");
   const std::string size = std::to_string(n) + "^3";
 
-  const double peer_ms = bench_cublaslt_bf16(n, a16.p, b16.p, c16.p);
+  const double peer_ms =
+      cublaslt_gemm_ms(n, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, a16.p, b16.p, c16.p);
   const double peer = flops / (peer_ms * 1e9);
   std::printf("| cuBLASLt bf16 GEMM, direct (peer) | %s | %.3f | %.1f TFLOP/s | 100%% |\n",
               size.c_str(), peer_ms, peer);
@@ -270,26 +160,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  int count = 0;  // left unset when cudaGetDeviceCount fails (no driver)
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    std::printf("no GPU: cudaGetDeviceCount: %s, %d devices\n",
-                err == cudaSuccess ? "ok" : cudaGetErrorString(err), count);
-    return 2;
-  }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    std::printf("no GPU: cudaGetDeviceProperties failed\n");
-    return 2;
-  }
-  int runtime = 0, driver = 0;
-  cudaRuntimeGetVersion(&runtime);
-  cudaDriverGetVersion(&driver);
-  std::printf(
-      "device 0: %s, compute capability %d.%d, %d SMs, %.1f GiB, CUDA runtime %d, "
-      "driver %d\n",
-      prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-      prop.totalGlobalMem / double(1 << 30), runtime, driver);
+  int cc = 0;
+  if (!describe_device(&cc)) return 2;
   if (probe) return 0;
 
   try {
@@ -305,7 +177,7 @@ int main(int argc, char** argv) {
     bench_adamw("cuda::optimizer_step AdamW bf16 + f32 master, stochastic rounding", n, 1,
                 DType::kBF16, true, bk::Rounding::kStochastic, copy);
     bench_unscale(n, copy);
-    bench_gemm(quick ? 2048 : 8192, prop.major * 10 + prop.minor >= 89);
+    bench_gemm(quick ? 2048 : 8192, cc >= 89);
     std::printf(
         "\nGB/s count the bytes each kernel must read and write once; memcpy counts "
         "read + write.\n");

@@ -1,6 +1,7 @@
 # Optional components: each BRAID_WITH_<X> is AUTO (use it when found), ON (fail when missing)
 # or OFF. The result is one generated header, braid/core/config.h, with #cmakedefine01 flags.
 include(CheckLanguage)
+include(BraidFindCUDAToolkit)  # braid_find_cuda_toolkit(): find_package(CUDAToolkit) that works with CUDA 13
 
 set(_braid_components CUDA HIP NCCL UCX MPI)
 foreach(c IN LISTS _braid_components)
@@ -37,7 +38,7 @@ if(NOT BRAID_WITH_CUDA STREQUAL "OFF")
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
-    find_package(CUDAToolkit QUIET)
+    braid_find_cuda_toolkit()
     if(CUDAToolkit_FOUND)
       set(_found TRUE)
     else()

@@ -10,13 +10,16 @@
 // BRAID_CPU_ALLOCATOR_CACHE=0 (read once, when the cpu allocator is first used) returns
 // freed blocks to the OS at once.
 //
-// Note: for a GPU runtime this reuse is not yet stream-aware; a GPU runtime should install
-// its own allocator before memory is freed on one stream and reused on another.
+// A GPU runtime provides its own stream-aware allocator (DeviceRuntime::create_allocator; cuda:
+// core/src/cuda_allocator.cc); this one serves the cpu and any runtime that provides none, whose
+// memory must then be used synchronously.
 #include "braid/core/allocator.h"
 
 #include <bit>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -194,7 +197,10 @@ Allocator& device_allocator(Device device) {
               " device(s) are visible");
   std::lock_guard<std::mutex> lock(*mu);
   Allocator*& slot = (*allocators)[{static_cast<int>(device.type), device.index}];
-  if (!slot) slot = new CachingAllocator(runtime, device, /*caching=*/true);
+  if (!slot) {
+    std::unique_ptr<Allocator> own = runtime.create_allocator(device.index);
+    slot = own ? own.release() : new CachingAllocator(runtime, device, /*caching=*/true);
+  }
   return *slot;
 }
 
@@ -214,6 +220,27 @@ Allocator& get_allocator(Device device) {
     return *meta;
   }
   return device_allocator(device);
+}
+
+Allocator& pinned_host_allocator() {
+  std::string why;
+  for (DeviceType type : {DeviceType::kCUDA, DeviceType::kHIP}) {
+    if (!why.empty()) why += "; ";
+    if (!is_runtime_built(type)) {
+      why += std::string(device_type_name(type)) + ": not built";
+      continue;
+    }
+    try {
+      if (Allocator* a = device_runtime(type).pinned_host_allocator()) return *a;
+      why += std::string(device_type_name(type)) + ": the runtime has no pinned host memory";
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kNotSupported) throw;
+      why += e.message();  // built, but no device is visible
+    }
+  }
+  BRAID_FAIL(kNotSupported,
+             "pinned host memory needs a GPU runtime with a visible device, and there is none (",
+             why, ")");
 }
 
 }  // namespace braid

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 
+#include "braid/core/allocator.h"
 #include "braid/core/config.h"
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
@@ -18,9 +19,13 @@
 namespace braid {
 
 namespace detail {
-// Defined in cpu_runtime.cc and meta_runtime.cc; only this file creates them.
+// Defined in cpu_runtime.cc and meta_runtime.cc (and cuda_runtime.cc in a CUDA build); only
+// this file creates them.
 std::unique_ptr<DeviceRuntime> make_cpu_runtime();
 std::unique_ptr<DeviceRuntime> make_meta_runtime();
+#if BRAID_HAVE_CUDA
+std::unique_ptr<DeviceRuntime> make_cuda_runtime();
+#endif
 }  // namespace detail
 
 namespace {
@@ -55,6 +60,11 @@ Registry& registry() {
     auto* reg = new Registry;
     reg->add(detail::make_cpu_runtime());
     reg->add(detail::make_meta_runtime());
+#if BRAID_HAVE_CUDA
+    // Constructing it calls nothing in CUDA: a process without a driver or GPU is not slowed
+    // or broken by it, and device_runtime(kCUDA) then says why no device is visible.
+    reg->add(detail::make_cuda_runtime());
+#endif
     return reg;
   }();
   return *r;
@@ -94,8 +104,12 @@ DeviceRuntime& device_runtime(DeviceType type) {
     count = rt->device_count();
     slot.count.store(count, std::memory_order_relaxed);
   }
-  BRAID_CHECK(count > 0, kNotSupported, device_type_name(type),
-              ": the runtime is built but no device is visible to this process");
+  if (count <= 0) {
+    const std::string why = rt->unavailable_reason();
+    BRAID_FAIL(kNotSupported, device_type_name(type),
+               ": the runtime is built but no device is visible to this process",
+               why.empty() ? "" : " (" + why + ")");
+  }
   return *rt;
 }
 
@@ -109,6 +123,18 @@ void register_device_runtime(std::unique_ptr<DeviceRuntime> runtime) {
   BRAID_CHECK(runtime != nullptr, kInvalidArgument,
               "register_device_runtime: the runtime is null; expected a DeviceRuntime");
   registry().add(std::move(runtime));
+}
+
+// DeviceRuntime's optional members that need more than the header includes.
+void DeviceRuntime::set_current_device(int index) {
+  const int count = device_count();
+  BRAID_CHECK(index >= 0 && index < count, kOutOfRange, "set_current_device: device ",
+              device_type_name(type()), ":", index, " does not exist; ", count, " ",
+              device_type_name(type()), " device(s) are visible");
+}
+
+std::unique_ptr<Allocator> DeviceRuntime::create_allocator(int) {
+  return nullptr;
 }
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,

@@ -100,14 +100,17 @@ Tensor gpt_embed_forward(const GPTConfig& cfg, Embedding& wte, Embedding& wpe, D
   BRAID_CHECK(seq <= cfg.n_positions, kInvalidArgument, who, ": sequence length ", seq,
               " exceeds n_positions ", cfg.n_positions);
   const Tensor idc = ids.contiguous();
-  for (int64_t i = 0; i < idc.numel(); ++i) {
-    const int64_t id = idc.dtype() == DType::kI64 ? idc.data<int64_t>()[i] : idc.data<int32_t>()[i];
+  // Checked on the host (one small copy from a GPU; meta ids have no values), so a bad id is
+  // this message rather than a device fault.
+  const Tensor ih = idc.device().is_meta() ? Tensor() : idc.to(kCPU);
+  for (int64_t i = 0; ih.defined() && i < ih.numel(); ++i) {
+    const int64_t id = ih.dtype() == DType::kI64 ? ih.data<int64_t>()[i] : ih.data<int32_t>()[i];
     BRAID_CHECK(id >= 0 && id < cfg.vocab_size, kOutOfRange, who, ": token id ", id, " at [",
                 i / std::max<int64_t>(seq, 1), ", ", i % std::max<int64_t>(seq, 1),
                 "] is outside [0, vocab_size ", cfg.vocab_size, ")");
   }
-  const Tensor tok = wte.forward(idc);                  // [B, T, d]
-  const Tensor pos = wpe.forward(Tensor::arange(seq));  // [T, d]
+  const Tensor tok = wte.forward(idc);  // [B, T, d]
+  const Tensor pos = wpe.forward(Tensor::arange(0, double(seq), 1, DType::kI64, ids.device()));
   return drop.forward(add(tok, pos));
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "braid/core/error.h"
+#include "braid/kernels/table.h"
 
 namespace braid {
 namespace {
@@ -117,6 +118,63 @@ TEST(Ops, CatEqualAllclose) {
   EXPECT_TRUE(allclose(T({1.0}, {1}), T({1.0 + 1e-7}, {1})));
   EXPECT_FALSE(allclose(T({1.0}, {1}), T({1.001}, {1})));
 }
+
+// The seam (docs/kernels.md, "Kernel tables"): ops dispatch on the operands' device. On meta
+// they run the meta table (argument checks, no memory) and return meta results of the right
+// shape and dtype; cpu and meta operands do not mix; meta refuses what cpu refuses.
+namespace seam {
+
+TEST(OpsOnMeta, ShapesAndDtypesWithoutMemory) {
+  const Tensor a = Tensor::empty({4096, 1024}, DType::kBF16, kMeta);
+  const Tensor b = Tensor::empty({1024}, DType::kBF16, kMeta);
+  const Tensor w = Tensor::empty({1024, 512}, DType::kBF16, kMeta);
+  const Tensor y = add(a, b);
+  EXPECT_EQ(y.device(), kMeta);
+  EXPECT_EQ(y.shape(), (Shape{4096, 1024}));
+  EXPECT_EQ(y.data_ptr(), nullptr);
+  EXPECT_EQ(matmul(a, w).shape(), (Shape{4096, 512}));
+  EXPECT_EQ(matmul(a, w).device(), kMeta);
+  EXPECT_EQ(sum(a, 1, false, DType::kF32).shape(), (Shape{4096}));
+  EXPECT_EQ(sum(a, 1, false, DType::kF32).dtype(), DType::kF32);
+  EXPECT_EQ(softmax(a.transpose(0, 1)).shape(), (Shape{1024, 4096}));
+  EXPECT_EQ(gelu(a).device(), kMeta);
+  EXPECT_EQ(a.to(DType::kF32).dtype(), DType::kF32);
+  EXPECT_EQ(a.transpose(0, 1).contiguous().device(), kMeta);
+  EXPECT_EQ(cat({a, a}, 0).shape(), (Shape{8192, 1024}));
+}
+
+TEST(OpsOnMeta, RefusesWhatCpuRefusesAndMixedDevices) {
+  const Tensor m = Tensor::empty({8}, DType::kI8, kMeta);
+  try {
+    (void)exp(m);
+    ADD_FAILURE() << "exp on i8 ran on meta";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+    EXPECT_NE(std::string(e.what()).find("meta"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)exp(Tensor::zeros({8}, DType::kI8)), Error);  // cpu refuses it too
+  const Tensor on_meta = Tensor::empty({3}, DType::kF32, kMeta);
+  const Tensor on_cpu = Tensor::zeros({3}, DType::kF32);
+  try {
+    (void)add(on_meta, on_cpu);
+    ADD_FAILURE() << "mixed devices ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("move one with .to(device)"), std::string::npos);
+  }
+}
+
+TEST(OpsOnDevices, ADeviceWithoutKernelsIsNamed) {
+  // xpu has a device slot and no kernel table in any build.
+  try {
+    (void)kernels::kernels_for(DeviceType::kXPU);
+    ADD_FAILURE() << "xpu kernels";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+  }
+}
+
+}  // namespace seam
 
 }  // namespace
 }  // namespace braid

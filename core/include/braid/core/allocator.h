@@ -13,6 +13,8 @@
 
 namespace braid {
 
+struct Stream;
+
 inline constexpr size_t kCpuAlignment = 64;
 
 struct AllocatorStats {
@@ -73,10 +75,22 @@ class Allocator {
   virtual void reset_peak() = 0;
   // Returns cached, unused blocks to the OS / driver.
   virtual void empty_cache() = 0;
+
+  // (optional) Says that the block at `ptr` (as allocate() returned it) is also used by work
+  // on `stream`, so that once freed it is not handed out again until that work is done (the
+  // recordStream of PyTorch's CUDA caching allocator). Allocators whose memory is only used
+  // synchronously (cpu, meta) need nothing: the default does nothing.
+  virtual void record_stream(void* ptr, const Stream& stream) {}
 };
 
 // The process-wide allocator of a device (thread-safe). Throws kNotSupported for device
-// types that are not built.
+// types that are not built. A GPU device's allocator is its runtime's stream-aware one
+// (docs/gpu.md, "Device runtime").
 Allocator& get_allocator(Device device);
+
+// The process-wide allocator of page-locked (pinned) host memory, for asynchronous copies
+// between host and GPU: blocks are host memory (device() is cpu) provided by the first GPU
+// runtime with a visible device (cuda, then hip). Throws kNotSupported when there is none.
+Allocator& pinned_host_allocator();
 
 }  // namespace braid

@@ -30,6 +30,7 @@
 #include "braid/core/device.h"
 #include "braid/core/device_runtime.h"
 #include "braid/core/dtype.h"
+#include "braid/core/stream.h"
 #include "braid/kernels/optim.h"
 #include "braid/kernels/types.h"
 
@@ -155,10 +156,11 @@ inline const KernelTable& kernels_for(Device device) {
 // True when this build has a table for the type (whether or not a device is present).
 bool has_kernels(DeviceType type);
 
-// The stream tensor ops and layers enqueue their kernels on for `device`: today the device's
-// default stream (null handle), so work on one device is ordered as issued.
+// The stream tensor ops and layers enqueue their kernels on for `device`: the calling thread's
+// current stream (braid/core/stream.h; the device's default stream until a StreamGuard sets
+// another), which is also the stream the caching allocator gives new blocks to.
 inline Stream stream_for(Device device) {
-  return Stream{device, nullptr};
+  return current_stream(device);
 }
 
 // Throws kNotSupported "<kernel>: dtype <d> is not supported on <device>" unless
