@@ -402,7 +402,16 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     Tensor landing = (is_contiguous() && dtype_ == staged.dtype_)
                          ? *this
                          : empty(shape_, staged.dtype_, device());
-    copy_bytes(landing.data_ptr(), device(), staged.data_ptr(), staged.device(), staged.nbytes());
+    // On the current stream of the side that is not the host (the destination's between two
+    // GPUs), so the copy follows the kernels queued there. When the host is one side it reads or
+    // reuses its memory after this returns: wait for the copy (a bounded wait).
+    const Device dev = !device().is_host() ? device() : staged.device();
+    const Stream s = stream_for(dev);
+    copy_bytes(landing.data_ptr(), device(), staged.data_ptr(), staged.device(), staged.nbytes(),
+               s);
+    if (s.handle != nullptr && (device().is_host() || staged.device().is_host())) {
+      device_runtime(dev.type).synchronize_stream(s);
+    }
     if (!landing.shares_storage(*this)) copy_(landing);
     return *this;
   }
