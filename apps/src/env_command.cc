@@ -3,6 +3,7 @@
 // communication backends and the UCX and MPI libraries loaded (braid/comm/backend.h). What users
 // paste into bug reports.
 #include <iostream>
+#include <string>
 
 #include "braid/comm/backend.h"
 #include "braid/core/env_checks.h"
@@ -22,12 +23,24 @@ std::string kernel_report() {
   return out + "\n";
 }
 
+// Backends that need a device this process does not see: built, listed, not usable here.
+std::string backend_usability() {
+  std::string out;
+  for (const std::string& name : backend_names()) {
+    if (name == "nccl" && device_count(DeviceType::kCUDA) == 0) {
+      out += "  nccl not usable: no CUDA device is visible (see 'cuda not usable' above)\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void add_env_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("env", "Print the environment report: build, devices, CPU");
   cmd->callback([] {
-    std::cout << braid::environment_report() << kernel_report() << braid::communication_report();
+    std::cout << braid::environment_report() << kernel_report() << braid::communication_report()
+              << backend_usability();
   });
 }
 
