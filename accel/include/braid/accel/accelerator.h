@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Accelerator (docs/accelerator.md): Hugging Face Accelerate's front in C++, built from one
 // AcceleratorConfig (config.h), over braid's ProcessGroup, ShardedModel, optimizers, LR
 // schedulers, data loaders, GradScaler and trackers.

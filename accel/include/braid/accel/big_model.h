@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Big-model utilities (the seed's "Modeling" and "Loading model weights" sections, Accelerate's
 // utils/modeling.py and utils/offload.py) for braid's nn::Module: how many bytes each module
 // takes, a device map that fits a model into given memory limits (GPUs first, then the CPU, then

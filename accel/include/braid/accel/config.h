@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Accelerator's configuration (docs/config.md): one struct, filled from code defaults, a
 // YAML file with Accelerate's default_config.yaml keys, Accelerate's environment variables and
 // `--key value` command-line overrides, in that order of precedence; explicit assignments in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Environment helpers of the seed ("Environment checks", "Environment manipulation"; Accelerate's
 // utils/environment.py and utils/imports.py): scopes that patch, clear or purge environment
 // variables, NUMA affinity for the processes of one node, and what this build and machine can

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The seed's enums, plugins and kwargs handlers (Accelerate's utils.dataclasses) as plain C++
 // structs: the parts of an AcceleratorConfig (config.h) that say how a job runs. Names and
 // defaults are the seed's where they apply; where braid reuses a lower layer's struct

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Experiment trackers, after Hugging Face Accelerate's tracking.py (docs/trackers.md).
 //
 // braid builds three file trackers and no network clients:

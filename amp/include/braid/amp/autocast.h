@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An autocast scope: tells layers which dtype to compute each kind of operation in, as
 // torch.autocast does, with the seed's AutocastKwargs (enabled, cache_enabled). Layers ask
 // `autocast_dtype(category, input_dtype)`; braid has no dispatcher that casts behind their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8 tensors with per-tensor scales and delayed scaling (docs/mixed-precision.md, "fp8"),
 // after Transformer Engine's DelayedScaling recipe and the seed's FP8RecipeKwargs: each
 // tensor that is cast to fp8 keeps an amax history; its scale for the next steps comes from

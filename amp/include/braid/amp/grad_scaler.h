@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GradScaler: dynamic loss scaling for fp16 with torch.amp.GradScaler's semantics and the
 // seed's GradScalerKwargs defaults (docs/mixed-precision.md, "GradScaler").
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Precision policies (design.md, "Precision policy"; docs/mixed-precision.md): which dtype a
 // model's parameters are stored in, computed in, reduced in, which dtype buffers use, and
 // which dtype the optimizer's master copy and state keep. The names follow the seed's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Backend: the plug-in point under ProcessGroup (design.md, "ProcessGroup / Backend").
 // A backend serves one group of processes; the front has already validated the call
 // (shapes, counts, dtypes, root, peer), resolved its timeout and given it a sequence number

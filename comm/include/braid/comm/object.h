@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Object collectives: Trees (braid/tensor/tree.h) sent whole between ranks, as
 // torch.distributed's broadcast_object_list / gather_object / all_gather_object, with a small
 // documented binary format instead of pickle (docs/comm.md, "Object serialization").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProcessGroup: the front every caller uses (design.md). Each call is checked (defined,
 // contiguous, same device, sizes, root / peer in range), packed into one CollectiveDesc,
 // numbered, signed for the cross-rank check, and handed to the group's Backend. Calls return a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Rank discovery: who this process is in the job, read from the variables the launcher that
 // started it sets. `braid launch` and torchrun set the same variables (RANK, WORLD_SIZE, ...);
 // mpirun (OpenMPI), PMI-based launchers (MPICH Hydra, Intel MPI, Cray) and Slurm's srun set

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensors whose storage the group's backend allocates (Backend::allocate), so collectives on
 // them can skip the staging copy: on shm, a collective whose buffers all lie in such tensors
 // reads the peers' data in place (docs/shm.md, "Zero-copy buffers").

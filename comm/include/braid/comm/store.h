@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The key-value Store every rank rendezvouses through (design.md, "Store"; docs/store.md):
 // set / get / add / compare_set / check / wait / delete_key / num_keys over byte values, with a
 // deadline on every blocking call.

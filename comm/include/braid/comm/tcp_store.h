@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP Store (docs/store.md): a server that one process (the launcher or rank 0) runs on its
 // own thread, and a client every rank uses. Every connection presents the job token first;
 // frames are length-prefixed binary with limits on keys, values and frame size; the server

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Collectives over Trees: Accelerate's data-operation utilities (the seed page: gather,
 // gather_object, broadcast, reduce, pad_across_processes, wait_for_everyone, concatenate) with
 // the ProcessGroup passed explicitly. broadcast_object_list lives in object.h.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Vocabulary shared by the ProcessGroup front and every Backend: collective kinds, reduction
 // ops, the one descriptor every call is packed into, and Work handles.
 #pragma once

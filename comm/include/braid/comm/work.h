@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Work handles the front and the backends share (the interface is in types.h):
 //   AsyncWork  completed by another thread (a backend's progress thread, a helper); waiters
 //              sleep on a condition variable and give up at the collective's deadline.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Allocator: per-device caching allocation with statistics (design.md, "Allocator").
 // CPU blocks are 64-byte aligned; freed blocks are kept in size-class bins for reuse until
 // empty_cache(). Meta allocates nothing: it hands out a null pointer and counts bytes, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU features detected at run time (cpuid + xgetbv), so one binary picks the widest SIMD
 // path the machine has. BRAID_CPU_ISA=scalar|avx2|avx512|avx512bf16 caps the choice (for
 // tests and for comparing paths on one machine).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as ext4, iSCSI, gRPC, TFRecord and
 // braid's sharded checkpoints use it: crc32c("123456789") == 0xE3069283. SSE4.2 when the CPU
 // has it, else tables; the same bits either way.

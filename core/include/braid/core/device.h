@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device: a tiny value type naming where memory lives, after c10::Device.
 // Printed and parsed as "cpu", "cuda:1", "hip:0", "xpu:0", "meta".
 #pragma once

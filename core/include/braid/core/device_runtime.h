@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceRuntime: the small table of operations each device type provides (design.md,
 // "Device, DeviceRuntime"), registered in a fixed registry indexed by DeviceType.
 // cpu and meta are always registered; cuda and hip are registered by their runtimes when

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DType: the element types braid stores and computes in, with the names safetensors uses.
 // DType lives in core/ (not tensor/) because kernels/, which sits below tensor/, dispatches
 // on it too (docs/layout.md).

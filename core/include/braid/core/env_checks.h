@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What this process can use: accelerators, bf16, device counts, and a readable report of the
 // build and the machine (for `braid env` and for bug reports). None of these throw for a
 // device type that was not built: they answer false / 0.

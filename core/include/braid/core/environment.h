@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Environment variables: typed getters with defaults and clear errors, and RAII scopes that
 // patch or clear the environment the way Accelerate's patch_environment / clear_environment
 // context managers do (tests and launch helpers use them).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // braid's error model (docs/errors.md): one exception type, braid::Error, with a kind that
 // says what a caller may do about it, a message that names the thing, the value and what
 // was expected, and the source location that raised it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // File utilities every on-disk format in braid shares: atomic replacement of a file
 // (AtomicFile, write_file_atomic), read-only memory maps (MappedFile) and whole-file reads.
 // Every OS failure is an Error of kind kIo whose message names the path, the operation and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side low-precision float types: half (IEEE binary16), bfloat16, and the OCP FP8
 // formats float8_e4m3fn and float8_e5m2. Each is a 1- or 2-byte value with the exact bit
 // layout of its format; conversions from float round to nearest, ties to even, and follow

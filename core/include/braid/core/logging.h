@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging: one process-wide threshold, one replaceable sink, whole lines.
 //
 //   BRAID_LOG(kInfo) << "bucket " << i << " ready: " << bytes << " bytes";

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Random numbers: the Philox4x32-10 counter-based generator (Salmon et al., "Parallel
 // random numbers: as easy as 1, 2, 3", SC'11) and braid's mapping from (seed, offset) to
 // numbers, written down in docs/rng.md so that a GPU kernel produces the same numbers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The current stream: the stream on which work for a device is enqueued when the caller names
 // none (kernels, tensor ops, the GPU caching allocator), as c10's getCurrentCUDAStream.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Intra-op threads for CPU kernels (torch.set_num_threads): one process-wide pool that splits a
 // kernel's independent pieces (GEMM column blocks, attention heads) over a few threads.
 // Kernels that use it split only where each output element is computed exactly as on one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU kernels: raw pointers, element counts and dtypes; no Tensor inside (design.md,
 // "Kernels"). Every entry point dispatches at run time to the widest SIMD path the CPU has
 // (cpu_dispatch_isa(): cpu_active_isa(), capped by BRAID_CPU_ISA or a ScopedCpuIsa); the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GPU kernels (NVIDIA, through the CUDA runtime and cuBLASLt): the device side of the fused
 // optimizer and mixed-precision kernels of braid/kernels/optim.h, and fp8 / 16-bit GEMM.
 // Built into braid_kernels only when BRAID_HAVE_CUDA (braid/core/config.h); include this header

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fused optimizer and mixed-precision kernels: one pass reads param (or its f32 master),
 // grad and state and writes param, master and state (docs/mixed-precision.md). The
 // descriptors are shared by every device: cpu:: implements them here, cuda:: (built when

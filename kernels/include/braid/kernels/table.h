@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The compute seam (docs/kernels.md, "Kernel tables"): one table of kernel functions per device
 // type, in the manner of ggml's backend interfaces and c10's per-device registries. Layers above
 // kernels/ (tensor ops, nn, amp, comm, shard) reach kernels only through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The vocabulary of kernel calls shared by every device (cpu, cuda, hip, meta): operation enums
 // and argument structs. What each operation computes is documented once, in cpu.h (the
 // reference device); table.h gathers every device's implementation behind one table.

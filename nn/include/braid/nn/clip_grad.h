@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gradient clipping with torch.nn.utils' semantics (docs/mixed-precision.md, "Clipping").
 //
 //   double norm = braid::nn::clip_grad_norm_(opt_params, /*max_norm=*/1.0);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data loading (docs/data.md): datasets, samplers, collation, and a DataLoader that loads
 // batches on a background thread, plus its distributed preparation with Hugging Face
 // Accelerate's DataLoaderConfiguration semantics (BatchSamplerShard, IterableDatasetShard,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Accelerate's sharding rules as plain functions (docs/data.md, "Distributed"): which batch
 // indices (BatchSamplerShard) or which stream samples (IterableDatasetShard) one rank gets.
 // DataLoader uses them after prepare_data_loader; tests check them against hand-written cases.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Datasets that come with braid (docs/data.md, "Datasets"): the bytes of text files as
 // next-byte-prediction windows, and a deterministic synthetic dataset for tests.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A GPT with GPT-2's architecture and Hugging Face's GPT-2 parameter names and layout, so a
 // braid checkpoint loads into transformers' GPT2LMHeadModel and the reverse (docs/nn.md,
 // "GPT"):

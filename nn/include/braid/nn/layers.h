@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layers with hand-written backward (docs/nn.md). Each follows the precision policy through
 // the autocast scope (amp/autocast.h): matmuls compute in the scope's low dtype, norms and
 // softmax in f32; parameters keep their own dtype and gradients are accumulated in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Losses with hand-written backward (docs/nn.md). A loss takes two inputs, so it is a Module
 // with its own forward / backward rather than a Layer. Computed in f32 (f64 for f64 logits)
 // whatever the logits' dtype, as autocast does; the loss is a 0-d f32 (or f64) tensor, or the

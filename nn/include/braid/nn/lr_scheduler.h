@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Learning-rate schedules (docs/mixed-precision.md, "LR schedules"): Hugging Face
 // transformers' get_scheduler family, driven like torch's LambdaLR (lr = initial_lr *
 // factor(step)), and AcceleratedScheduler's stepping rules under gradient accumulation and

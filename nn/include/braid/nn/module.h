@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Module: named parameters, buffers and children, as torch.nn.Module, without an autograd
 // engine. A Layer is a Module with one tensor in and one tensor out and a hand-written
 // backward: forward() caches what backward() needs (when grad mode is on), backward() takes

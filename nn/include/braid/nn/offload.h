@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimizer state offload: where an optimizer keeps its per-parameter state between steps
 // (DeepSpeed's offload_optimizer_device = none | cpu | nvme, docs/offload.md).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Optimizers on lists of parameters: SGD, Adam, AdamW and Lion with torch.optim's update
 // formulas, options structs and parameter groups (docs/mixed-precision.md, "Optimizers").
 // Each step is one fused kernel pass per parameter group (kernels/optim.h) that reads the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parameter: a trainable tensor and its gradient, as one shared handle (copies refer to the
 // same parameter, as torch's nn.Parameter objects do). Optimizers, clipping and sharding
 // take lists of Parameters; a framework that is not braid's nn wraps its own buffers with

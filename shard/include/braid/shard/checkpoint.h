@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharded checkpoints (docs/sharding.md, "Checkpoints"): every rank writes the pieces of the
 // tensors it owns; one index lists every piece; any world size reads any slice back.
 //

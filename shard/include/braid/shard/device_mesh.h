@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceMesh: the ranks of a group laid out as an N-d grid with named dimensions, one
 // ProcessGroup per dimension, and DTensor-style placements (Shard / Replicate / Partial) that
 // say how a global tensor lives on the grid (docs/device-mesh.md). Modelled on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ZeRO for frameworks with their own autograd (docs/embedding.md, "ZeRO for frameworks with
 // their own autograd"): FSDP's FlatParameter and DeepSpeed's stage-3 hooks as calls. The
 // framework registers its units' parameters (names, shapes, initial values); braid keeps

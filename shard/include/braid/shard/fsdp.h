@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ZeRO stages 0-3 over units (docs/sharding.md): a model whose parameters are grouped into
 // units and, from stage 1 on, whose optimizer state, gradients and parameters are split over
 // the ranks of a ProcessGroup. One step:

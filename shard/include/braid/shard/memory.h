@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Peak per-rank memory of a training step under each ZeRO stage (docs/memory.md): what a
 // ShardedModel, its optimizer and one micro-batch's forward and backward hold at the step's
 // busiest moment, term by term, as braid's CPU allocator will count it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pipeline parallelism (docs/parallelism.md, "Pipeline parallelism"): a model cut into S
 // stages over the p ranks of a "pp" group (rank r holds the chunks r, r + p, r + 2p, ...: v
 // virtual stages per rank), a step's batch cut into M micro-batches, and a schedule that says,

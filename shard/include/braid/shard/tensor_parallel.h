@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor parallelism (Megatron-LM's tensor_parallel; torch.distributed.tensor.parallel):
 // layers whose weights are split over the ranks of a tp group, each with its forward's and
 // backward's collectives written out; vocab-parallel cross-entropy; sequence parallelism;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Sharding units (FSDP's wrapped modules): groups of parameters that are gathered, freed and
 // reduced together, each laid out in one flat buffer that splits evenly over the ranks
 // (docs/sharding.md, "Units").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // File and folder names of a checkpoint, the same strings Hugging Face Accelerate (the
 // seed) and transformers use (accelerate/utils/constants.py), so a folder braid writes is
 // laid out the way their users expect and braid finds what they wrote. docs/files.md.

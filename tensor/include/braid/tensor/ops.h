@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor-level operations. Each checks its arguments (shapes, dtypes, devices), then calls
 // the device's kernel (kernels/cpu.h on cpu). Results are new contiguous tensors.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // safetensors files and sharded checkpoints (docs/files.md).
 //
 // The format, as the reference implementation (huggingface/safetensors) writes it:

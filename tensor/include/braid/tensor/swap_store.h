@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SwapStore: an asynchronous, file-backed home for CPU tensors that do not need to stay in
 // memory (docs/offload.md). The optimizer keeps its per-parameter state here under
 // offload_optimizer_device = nvme; the ZeRO-3 code can keep parameter shards here the same way.

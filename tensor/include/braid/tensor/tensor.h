@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor: reference-counted Storage plus shape, strides and offset (design.md, "Tensor").
 // Views (slice, narrow, select, view, permute, transpose, expand, ...) share storage;
 // contiguous(), clone(), to() make new storage when they must. from_blob wraps external

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tree: a nested list / string-keyed map of Tensors and plain values (none, bool, int,
 // double, string). Batches, state dicts and Accelerate's "nested list/tuple/dict of tensors"
 // all use it. Maps keep insertion order, as Python dicts do.
