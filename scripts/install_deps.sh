@@ -20,6 +20,8 @@ APT_PACKAGES=(
   libopenmpi-dev openmpi-bin                               # MPI peer: braid bench --peer mpi, comparison tests
   slurmd slurmctld slurm-client munge                      # tests/multinode: jobs under a real srun
   python3 python3-pip python3-numpy python3-torch          # golden and interop tests
+  libdlpack-dev                                            # bindings/: DLManagedTensor in braid.h
+  pybind11-dev python3-pybind11 python3-dev                # bindings/python: pybind11 and the headers of Debian's python3
   hipcc libamdhip64-dev                                    # HIP 5.2: kernels.hip_compile (docs/gpu.md, "HIP"); 66 MB, ~20 s
 )
 
