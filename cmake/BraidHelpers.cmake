@@ -33,6 +33,62 @@ function(braid_add_library folder)
   install(DIRECTORY include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endfunction()
 
+# braid_add_component(<name> ENTRY <symbol> SOURCES ... [DEPS ...] [PRIVATE_DEPS ...])
+# An optional part of a layer that needs an outside library (a transport: MPI, UCX, NCCL; the
+# CUDA runtime and kernels): target braid_<name> (alias braid::<name>, exported as
+# braid::<name>), so a program that does not link it does not link that library either
+# (docs/layout.md, "Components"). The layer finds it through a weak reference to the
+# extern "C" function <symbol>, which the component defines; linking the component adds
+# --undefined=<symbol>, so the archive member defining it is always pulled in. In this tree
+# every executable that does not link libbraid.so gets every component
+# (braid_link_components_everywhere), as braid::braid gives a consumer.
+function(braid_add_component name)
+  cmake_parse_arguments(ARG "" "ENTRY" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
+  if(NOT ARG_ENTRY)
+    message(FATAL_ERROR "braid_add_component(${name}): ENTRY <symbol> is required")
+  endif()
+  set(t braid_${name})
+  add_library(${t} STATIC ${ARG_SOURCES})
+  add_library(braid::${name} ALIAS ${t})
+  target_compile_options(${t} PRIVATE "$<$<COMPILE_LANGUAGE:C,CXX>:${BRAID_WARNINGS}>"
+                                      "$<$<COMPILE_LANGUAGE:CUDA>:${BRAID_CUDA_WARNINGS}>")
+  target_compile_features(${t} PUBLIC cxx_std_20)
+  target_link_libraries(${t} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  target_link_options(${t} INTERFACE "LINKER:--undefined=${ARG_ENTRY}")
+  set_target_properties(${t} PROPERTIES EXPORT_NAME ${name})
+  if(TARGET braid_check_layering)
+    add_dependencies(${t} braid_check_layering)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY BRAID_LAYER_LIBRARIES ${t})
+  set_property(GLOBAL APPEND PROPERTY BRAID_COMPONENT_LIBRARIES ${t})
+  set_property(GLOBAL APPEND PROPERTY BRAID_COMPONENT_ENTRIES ${ARG_ENTRY})
+  install(TARGETS ${t} EXPORT braidTargets
+    ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endfunction()
+
+# Links every component to every executable of the tree under `dir` that does not link
+# libbraid.so (which holds them all already): tests, apps, examples and bench run with every
+# backend and runtime the build has, as before components were split out.
+function(braid_link_components_everywhere dir)
+  get_property(components GLOBAL PROPERTY BRAID_COMPONENT_LIBRARIES)
+  if(NOT components)
+    return()
+  endif()
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  foreach(t IN LISTS targets)
+    get_target_property(type ${t} TYPE)
+    get_target_property(libs ${t} LINK_LIBRARIES)
+    if(type STREQUAL "EXECUTABLE" AND NOT "braid_shared" IN_LIST libs)
+      target_link_libraries(${t} PRIVATE ${components})
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(sub IN LISTS subdirs)
+    braid_link_components_everywhere(${sub})
+  endforeach()
+endfunction()
+
 # braid_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...])
 # A GoogleTest binary whose cases are registered with ctest one by one.
 function(braid_add_test name)

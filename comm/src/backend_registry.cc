@@ -1,6 +1,10 @@
 // The backend registry (backend.h): name -> factory. This is the one file that registers the
 // compiled-in backends (STYLE.md rule 7); they are added on first use of the registry, so no
 // static-initialization order matters and a program that never creates a group pays nothing.
+//
+// shm is part of braid::comm. The transports are components (comm/CMakeLists.txt): each
+// defines an extern "C" entry point that registers its backends, referenced here weakly, so
+// a program registers exactly the transports it links.
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -10,20 +14,35 @@
 #include "braid/core/config.h"
 #include "braid/core/error.h"
 #include "shm_backend.h"
-#if BRAID_HAVE_MPI
-#include "mpi_backend.h"
-#endif
-#if BRAID_HAVE_NCCL
-#include "nccl_backend.h"
-#endif
-#if BRAID_HAVE_UCX
-#include "hier_backend.h"
-#include "p2p_collectives.h"
-#include "ucx_transport.h"
-#endif
+
+// The components' entry points (ucx_register.cc, mpi_backend.cc, nccl_backend.cc) and
+// version strings: null unless the component is linked.
+extern "C" {
+[[gnu::weak]] void braid_comm_register_ucx();
+[[gnu::weak]] void braid_comm_register_mpi();
+[[gnu::weak]] void braid_comm_register_nccl();
+}
 
 namespace braid {
+
+[[gnu::weak]] std::string ucx_library_version();
+[[gnu::weak]] std::string mpi_library_version();
+[[gnu::weak]] std::string nccl_library_version();
+
 namespace {
+
+// A transport the build has but this program did not link: named in create_backend's error.
+struct Component {
+  const char* backends;  // what it registers
+  const char* target;
+  bool built;
+  void (*entry)();
+};
+const Component kComponents[] = {
+    {"ucx, hier", "braid::comm_ucx", BRAID_HAVE_UCX != 0, &braid_comm_register_ucx},
+    {"mpi", "braid::comm_mpi", BRAID_HAVE_MPI != 0, &braid_comm_register_mpi},
+    {"nccl", "braid::comm_nccl", BRAID_HAVE_NCCL != 0, &braid_comm_register_nccl},
+};
 
 struct Registry {
   std::mutex mu;
@@ -39,22 +58,30 @@ void register_builtin_backends() {
     Scope() { registering_builtins = true; }
     ~Scope() { registering_builtins = false; }
   } scope;
-  // Backends compiled into this build register here, one line each.
+  // shm always; each linked transport component through its entry point.
   register_shm_backend();
-#if BRAID_HAVE_MPI
-  register_mpi_backend();
-#endif
-#if BRAID_HAVE_NCCL
-  register_nccl_backend();
-#endif
-#if BRAID_HAVE_UCX
-  register_backend("ucx", [](const BackendContext& ctx) {
-    return p2p::make_p2p_backend("ucx", ctx, make_ucx_transport(ctx));
-  });
-  register_backend("hier", [](const BackendContext& ctx) {
-    return make_hier_backend(ctx, [](const BackendContext& c) { return make_ucx_transport(c); });
-  });
-#endif
+  for (const Component& c : kComponents) {
+    if (c.entry != nullptr) c.entry();
+  }
+}
+
+// " (the ucx backend is built but this program does not link braid::comm_ucx ...)" when
+// `name` is a transport of this build that was not linked, else "".
+std::string unlinked_hint(std::string_view name) {
+  for (const Component& c : kComponents) {
+    if (!c.built || c.entry != nullptr) continue;
+    const std::string_view names = c.backends;
+    for (size_t at = 0; at < names.size();) {
+      const size_t end = std::min(names.find(", ", at), names.size());
+      if (names.substr(at, end - at) == name) {
+        return std::string("; the '") + std::string(name) +
+               "' backend is built but this program does not link its component: link " + c.target +
+               " (braid::braid links every component; docs/layout.md, \"Components\")";
+      }
+      at = end + 2;
+    }
+  }
+  return "";
 }
 
 Registry& registry() {
@@ -94,7 +121,7 @@ std::unique_ptr<Backend> create_backend(std::string_view name, const BackendCont
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.factories.find(name);
     BRAID_CHECK(it != r.factories.end(), kInvalidArgument, "create_backend: no backend named '",
-                name, "' in this build; available: ", joined_names(r));
+                name, "' in this program; available: ", joined_names(r), unlinked_hint(name));
     factory = it->second;
   }
   // Outside the lock: a factory may rendezvous through the store for a long time.
@@ -116,15 +143,14 @@ std::string communication_report() {
   out << "comm backends:";
   for (const std::string& name : backend_names()) out << ' ' << name;
   out << "\n";
-#if BRAID_HAVE_UCX
-  out << "ucx: " << ucx_library_version() << "\n";
-#endif
-#if BRAID_HAVE_MPI
-  out << "mpi: " << mpi_library_version() << "\n";
-#endif
-#if BRAID_HAVE_NCCL
-  out << "nccl: " << nccl_library_version() << "\n";
-#endif
+  if (&ucx_library_version != nullptr) out << "ucx: " << ucx_library_version() << "\n";
+  if (&mpi_library_version != nullptr) out << "mpi: " << mpi_library_version() << "\n";
+  if (&nccl_library_version != nullptr) out << "nccl: " << nccl_library_version() << "\n";
+  for (const Component& c : kComponents) {
+    if (c.built && c.entry == nullptr) {
+      out << c.backends << ": built, not linked into this program (" << c.target << ")\n";
+    }
+  }
   return out.str();
 }
 

@@ -387,3 +387,8 @@ std::string mpi_library_version() {
 }
 
 }  // namespace braid
+
+// The comm_mpi component's entry point (backend_registry.cc references it weakly).
+extern "C" void braid_comm_register_mpi() {
+  braid::register_mpi_backend();
+}

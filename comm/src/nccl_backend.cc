@@ -538,3 +538,8 @@ std::string nccl_library_version() {
 }
 
 }  // namespace braid
+
+// The comm_nccl component's entry point (backend_registry.cc references it weakly).
+extern "C" void braid_comm_register_nccl() {
+  braid::register_nccl_backend();
+}

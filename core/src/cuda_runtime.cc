@@ -493,3 +493,8 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime() {
 }  // namespace detail
 
 }  // namespace braid
+
+// The core_cuda component's entry point (runtime_registry.cc references it weakly).
+extern "C" braid::DeviceRuntime* braid_core_make_cuda_runtime() {
+  return braid::detail::make_cuda_runtime().release();
+}

@@ -17,15 +17,19 @@
 #include "braid/core/error.h"
 
 namespace braid {
+class DeviceRuntime;
+}
+
+// The core_cuda component's entry point (cuda_runtime.cc): a new cuda runtime the caller owns.
+// A weak reference: null unless the program links braid::core_cuda (core/CMakeLists.txt).
+extern "C" [[gnu::weak]] braid::DeviceRuntime* braid_core_make_cuda_runtime();
+
+namespace braid {
 
 namespace detail {
-// Defined in cpu_runtime.cc and meta_runtime.cc (and cuda_runtime.cc in a CUDA build); only
-// this file creates them.
+// Defined in cpu_runtime.cc and meta_runtime.cc; only this file creates them.
 std::unique_ptr<DeviceRuntime> make_cpu_runtime();
 std::unique_ptr<DeviceRuntime> make_meta_runtime();
-#if BRAID_HAVE_CUDA
-std::unique_ptr<DeviceRuntime> make_cuda_runtime();
-#endif
 }  // namespace detail
 
 namespace {
@@ -60,11 +64,11 @@ Registry& registry() {
     auto* reg = new Registry;
     reg->add(detail::make_cpu_runtime());
     reg->add(detail::make_meta_runtime());
-#if BRAID_HAVE_CUDA
     // Constructing it calls nothing in CUDA: a process without a driver or GPU is not slowed
     // or broken by it, and device_runtime(kCUDA) then says why no device is visible.
-    reg->add(detail::make_cuda_runtime());
-#endif
+    if (braid_core_make_cuda_runtime != nullptr) {
+      reg->add(std::unique_ptr<DeviceRuntime>(braid_core_make_cuda_runtime()));
+    }
     return reg;
   }();
   return *r;
@@ -76,8 +80,9 @@ std::string missing_reason(DeviceType type) {
     case DeviceType::kXPU:
       return "xpu: not built: braid has no SYCL runtime yet";
     case DeviceType::kCUDA:
-      return BRAID_HAVE_CUDA ? "cuda: the runtime is not available in this build (CUDA was "
-                               "found at configure time but no cuda runtime is registered)"
+      return BRAID_HAVE_CUDA ? "cuda: the runtime is built but this program does not link its "
+                               "component: link braid::core_cuda (braid::braid links every "
+                               "component; docs/layout.md, \"Components\")"
                              : "cuda: the runtime is not available in this build (configured "
                                "without CUDA; see BRAID_WITH_CUDA)";
     case DeviceType::kHIP:

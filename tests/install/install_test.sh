@@ -3,7 +3,9 @@
 #   1. the expected files are there (libraries, headers with the generated config.h, the
 #      CMake package, braid.pc, the braid CLI);
 #   2. consumer/ configures with find_package(braid), builds and runs;
-#   3. the same consumer/main.cc compiles and runs with `pkg-config --cflags --libs braid`.
+#   3. the same consumer/main.cc compiles and runs with `pkg-config --cflags --libs braid`;
+#   4. components/ (find_package(braid COMPONENTS comm), braid::comm) configures with MPI, CUDA
+#      and UCX hidden, links none of their libraries, and runs on shm.
 # Usage: install_test.sh BUILD_DIR CONSUMER_DIR WORK_DIR   (ctest: tests/install)
 # Environment: CXX (compiler), BRAID_CMAKE (cmake), BRAID_SANITIZE (as the build used).
 set -euo pipefail
@@ -56,4 +58,19 @@ echo "pkg-config --cflags --libs braid: $flags"
 "$cxx" "${san_flags[@]}" -DEXPECTED_BRAID_VERSION="\"$(pkg-config --modversion braid)\"" \
   "$consumer/main.cc" $flags -o "$work/consumer-pkgconfig"
 "$work/consumer-pkgconfig"
+echo "== a consumer of part of braid: find_package(braid COMPONENTS comm), MPI / CUDA / UCX hidden"
+# CMAKE_DISABLE_FIND_PACKAGE_*: find_package of those fails; PKG_CONFIG_LIBDIR: no ucx.pc.
+PKG_CONFIG_LIBDIR=/nonexistent "$cmake" -S "$consumer/../components" -B "$work/components-build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON \
+  -DCMAKE_CXX_FLAGS="${san_flags[*]}" -DCMAKE_EXE_LINKER_FLAGS="${san_flags[*]}" \
+  >"$work/components-configure.log" || { cat "$work/components-configure.log"; exit 1; }
+"$cmake" --build "$work/components-build" -j2
+needed=$(readelf -d "$work/components-build/components_consumer" | grep NEEDED || true)
+echo "$needed"
+if grep -E "libmpi|libucp|libucs|libuct|libcudart|libcublas|libnccl" <<<"$needed"; then
+  echo "FAIL: a shm-only consumer of braid::comm links a transport or CUDA library" >&2
+  exit 1
+fi
+"$work/components-build/components_consumer"
 echo "install test: all passed"

@@ -96,3 +96,8 @@ const KernelTable& cuda_kernel_table() {
 }
 
 }  // namespace braid::kernels::detail
+
+// The kernels_cuda component's entry point (table_registry.cc references it weakly).
+extern "C" const braid::kernels::KernelTable* braid_kernels_cuda_table() {
+  return &braid::kernels::detail::cuda_kernel_table();
+}

@@ -1,19 +1,25 @@
-// The kernel table registry: the one file that knows which device tables this build has
-// (braid/core/config.h). cpu and meta are always built; cuda when BRAID_HAVE_CUDA. Tables are
-// plain static data, looked up by device type with no lock.
+// The kernel table registry: the one file that knows which device tables this program has.
+// cpu and meta are always built; cuda is the component braid::kernels_cuda (built when
+// BRAID_HAVE_CUDA, present when linked: a weak reference to its entry point). Tables are plain
+// static data, looked up by device type with no lock.
 #include "braid/core/config.h"
 #include "braid/core/error.h"
 #include "braid/kernels/table.h"
 #include "table_support.h"
 
 namespace braid::kernels {
+struct KernelTable;
+}
+
+// The kernels_cuda component's entry point (kernels/src/cuda/table_cuda.cu); null unless the
+// program links braid::kernels_cuda.
+extern "C" [[gnu::weak]] const braid::kernels::KernelTable* braid_kernels_cuda_table();
+
+namespace braid::kernels {
 
 namespace detail {
 const KernelTable& cpu_kernel_table();   // table_cpu.cc
 const KernelTable& meta_kernel_table();  // table_meta.cc
-#if BRAID_HAVE_CUDA
-const KernelTable& cuda_kernel_table();  // kernels/src/cuda/table_cuda.cu
-#endif
 
 bool reference_supports(Op op, DType d) {
   const bool f64 = d == DType::kF64, f32 = d == DType::kF32;
@@ -62,10 +68,13 @@ const KernelTable& kernels_for(DeviceType type) {
       return detail::cpu_kernel_table();
     case DeviceType::kMeta:
       return detail::meta_kernel_table();
-#if BRAID_HAVE_CUDA
     case DeviceType::kCUDA:
-      return detail::cuda_kernel_table();
-#endif
+      if (braid_kernels_cuda_table != nullptr) return *braid_kernels_cuda_table();
+      BRAID_CHECK(!BRAID_HAVE_CUDA, kNotSupported,
+                  "kernels_for(cuda): the cuda kernels are built but this program does not link "
+                  "their component: link braid::kernels_cuda (braid::braid links every "
+                  "component; docs/layout.md, \"Components\")");
+      break;
     default:
       break;
   }
@@ -76,7 +85,7 @@ const KernelTable& kernels_for(DeviceType type) {
 
 bool has_kernels(DeviceType type) {
   return type == DeviceType::kCPU || type == DeviceType::kMeta ||
-         (BRAID_HAVE_CUDA && type == DeviceType::kCUDA);
+         (type == DeviceType::kCUDA && braid_kernels_cuda_table != nullptr);
 }
 
 std::string_view op_name(Op op) {
