@@ -1,5 +1,6 @@
 // The C ABI's shared parts (docs/embedding.md): version, result strings, this thread's last
-// error, the guard helpers, DLPack <-> Tensor conversion and the tensor-list handle.
+// error, the guard helpers, DLPack <-> Tensor (through bindings/dlpack) and the tensor-list
+// handle.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,6 +13,7 @@
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
 #include "c_api_internal.h"
+#include "dlpack_tensor.h"
 
 static_assert(BRAID_MAJOR == BRAID_VERSION_MAJOR && BRAID_MINOR == BRAID_VERSION_MINOR &&
                   BRAID_PATCH == BRAID_VERSION_PATCH,
@@ -22,179 +24,6 @@ namespace braid::capi {
 namespace {
 
 thread_local std::string t_last_error;
-
-// Note [DLPack bool]: DLPack 0.6 (the header braid.h includes) has no code for booleans;
-// DLPack 0.8 added kDLBool = 6 (bits 8), which torch 2, numpy and JAX use. braid's bool goes
-// out and comes in as that code, so a bool tensor round-trips as bool and a kDLUInt 8 tensor
-// stays u8. The fp8 codes came with DLPack 1.1 alongside an ABI change (versioned tensors),
-// so fp8 is refused both ways rather than half-supported.
-constexpr uint8_t kDLBoolCode = 6;
-
-std::string dl_dtype_str(DLDataType t) {
-  std::ostringstream out;
-  const char* names[] = {"int", "uint", "float", "opaque handle", "bfloat", "complex", "bool"};
-  out << "{code " << int(t.code);
-  if (t.code < sizeof(names) / sizeof(names[0])) out << " (" << names[t.code] << ")";
-  out << ", bits " << int(t.bits) << ", lanes " << t.lanes << "}";
-  return out.str();
-}
-
-std::optional<DType> dtype_from_dl(DLDataType t) {
-  if (t.lanes != 1) return std::nullopt;
-  switch (t.code) {
-    case kDLFloat:
-      if (t.bits == 64) return DType::kF64;
-      if (t.bits == 32) return DType::kF32;
-      if (t.bits == 16) return DType::kF16;
-      return std::nullopt;
-    case kDLBfloat:
-      if (t.bits == 16) return DType::kBF16;
-      return std::nullopt;
-    case kDLInt:
-      if (t.bits == 64) return DType::kI64;
-      if (t.bits == 32) return DType::kI32;
-      if (t.bits == 16) return DType::kI16;
-      if (t.bits == 8) return DType::kI8;
-      return std::nullopt;
-    case kDLUInt:
-      if (t.bits == 8) return DType::kU8;
-      return std::nullopt;
-    case kDLBoolCode:
-      if (t.bits == 8) return DType::kBool;
-      return std::nullopt;
-    default:
-      return std::nullopt;
-  }
-}
-
-DType dtype_from_dl_checked(DLDataType t, const char* what) {
-  const std::optional<DType> d = dtype_from_dl(t);
-  BRAID_CHECK(d.has_value(), kNotSupported, what, ": DLPack data type ", dl_dtype_str(t),
-              " has no braid dtype; expected lanes 1 and float 16/32/64, bfloat 16, int "
-              "8/16/32/64, uint 8 or bool (code 6) 8");
-  return *d;
-}
-
-DLDataType dl_from_dtype(DType d) {
-  auto make = [](uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; };
-  switch (d) {
-    case DType::kF64:
-      return make(kDLFloat, 64);
-    case DType::kF32:
-      return make(kDLFloat, 32);
-    case DType::kF16:
-      return make(kDLFloat, 16);
-    case DType::kBF16:
-      return make(kDLBfloat, 16);
-    case DType::kI64:
-      return make(kDLInt, 64);
-    case DType::kI32:
-      return make(kDLInt, 32);
-    case DType::kI16:
-      return make(kDLInt, 16);
-    case DType::kI8:
-      return make(kDLInt, 8);
-    case DType::kU8:
-      return make(kDLUInt, 8);
-    case DType::kBool:
-      return make(kDLBoolCode, 8);
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      break;
-  }
-  BRAID_FAIL(kNotSupported, "dtype ", dtype_name(d),
-             " has no DLPack 0.6 code (fp8 came with DLPack 1.1); convert it first, e.g. to bf16 "
-             "or to u8 bytes");
-}
-
-std::string dl_device_str(DLDevice d) {
-  const char* name = "unknown";
-  switch (d.device_type) {
-    case kDLCPU:
-      name = "kDLCPU";
-      break;
-    case kDLCUDA:
-      name = "kDLCUDA";
-      break;
-    case kDLCUDAHost:
-      name = "kDLCUDAHost";
-      break;
-    case kDLOpenCL:
-      name = "kDLOpenCL";
-      break;
-    case kDLVulkan:
-      name = "kDLVulkan";
-      break;
-    case kDLMetal:
-      name = "kDLMetal";
-      break;
-    case kDLVPI:
-      name = "kDLVPI";
-      break;
-    case kDLROCM:
-      name = "kDLROCM";
-      break;
-    case kDLROCMHost:
-      name = "kDLROCMHost";
-      break;
-    case kDLExtDev:
-      name = "kDLExtDev";
-      break;
-    case kDLCUDAManaged:
-      name = "kDLCUDAManaged";
-      break;
-  }
-  return std::string(name) + " (device_type " + std::to_string(int(d.device_type)) +
-         ", device_id " + std::to_string(d.device_id) + ")";
-}
-
-// kDLCPU and page-locked host memory are braid's cpu; kDLCUDA is cuda:<id> where this build
-// has the CUDA runtime. Everything else has no braid device.
-Device device_from_dl(DLDevice d, const char* what) {
-  switch (d.device_type) {
-    case kDLCPU:
-    case kDLCUDAHost:
-      return kCPU;
-    case kDLCUDA:
-      BRAID_CHECK(is_runtime_built(DeviceType::kCUDA), kNotSupported, what, ": device ",
-                  dl_device_str(d), " is not supported: this build of braid has no CUDA runtime");
-      BRAID_CHECK(d.device_id >= 0 && d.device_id <= std::numeric_limits<int16_t>::max(),
-                  kInvalidArgument, what, ": device_id ", d.device_id,
-                  " of a kDLCUDA tensor is not a device index (expected >= 0)");
-      return Device(DeviceType::kCUDA, d.device_id);
-    default:
-      break;
-  }
-  BRAID_FAIL(kNotSupported, what, ": device ", dl_device_str(d),
-             " is not supported; expected kDLCPU, kDLCUDAHost or kDLCUDA");
-}
-
-DLDevice dl_from_device(Device d) {
-  switch (d.type) {
-    case DeviceType::kCPU:
-      return DLDevice{kDLCPU, 0};
-    case DeviceType::kCUDA:
-      return DLDevice{kDLCUDA, d.index};
-    case DeviceType::kHIP:
-      return DLDevice{kDLROCM, d.index};
-    default:
-      break;
-  }
-  BRAID_FAIL(kNotSupported, "a tensor on device ", d.str(), " has no DLPack device");
-}
-
-// What a DLManagedTensor from to_dlpack owns: the tensor (so its storage lives) and the
-// shape / strides arrays the DLTensor points at.
-struct ManagedContext {
-  Tensor tensor;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLManagedTensor managed{};
-};
-
-void delete_managed(DLManagedTensor* self) {
-  if (self != nullptr) delete static_cast<ManagedContext*>(self->manager_ctx);
-}
 
 }  // namespace
 
@@ -274,53 +103,11 @@ ReduceOp reduce_op_of(braidRedOp_t op, const char* what) {
 
 Tensor tensor_from_dlpack(const DLTensor* t, const char* what) {
   require(t, what);
-  BRAID_CHECK(t->ndim >= 0, kInvalidArgument, what, "->ndim is ", t->ndim, "; expected >= 0");
-  BRAID_CHECK(t->ndim == 0 || t->shape != nullptr, kInvalidArgument, what,
-              "->shape is NULL for ndim ", t->ndim);
-  const DType dtype = dtype_from_dl_checked(t->dtype, what);
-  const Device device = device_from_dl(t->device, what);
-  Shape shape(t->shape, t->shape + t->ndim);
-  for (int d = 0; d < t->ndim; ++d) {
-    BRAID_CHECK(shape[d] >= 0, kInvalidArgument, what, "->shape[", d, "] is ", shape[d],
-                "; expected >= 0");
-  }
-  std::optional<Strides> strides;
-  if (t->strides != nullptr) {
-    strides.emplace(t->strides, t->strides + t->ndim);
-    for (int d = 0; d < t->ndim; ++d) {
-      BRAID_CHECK((*strides)[d] >= 0, kInvalidArgument, what, "->strides[", d, "] is ",
-                  (*strides)[d], "; braid views need strides >= 0 (elements)");
-    }
-  }
-  const int64_t numel = shape_numel(shape);
-  BRAID_CHECK(t->data != nullptr || numel == 0, kInvalidArgument, what, "->data is NULL for shape ",
-              shape_str(shape));
-  char* base = static_cast<char*>(t->data);
-  char* first = base == nullptr ? nullptr : base + t->byte_offset;
-  const size_t elem = dtype_size(dtype);
-  BRAID_CHECK(reinterpret_cast<uintptr_t>(first) % elem == 0, kInvalidArgument, what,
-              "->data + byte_offset (", static_cast<void*>(first), ", byte_offset ", t->byte_offset,
-              ") is not aligned to the ", elem, "-byte elements of dtype ", dtype_name(dtype));
-  return Tensor::from_blob(first, std::move(shape), dtype, device, {}, std::move(strides));
+  return dlpack::view_of(*t, what);
 }
 
 DLManagedTensor* to_dlpack(Tensor t) {
-  BRAID_CHECK(t.defined(), kInvalidArgument, "to_dlpack: the tensor is undefined");
-  auto ctx = std::make_unique<ManagedContext>();
-  DLTensor& dl = ctx->managed.dl_tensor;
-  dl.device = dl_from_device(t.device());
-  dl.dtype = dl_from_dtype(t.dtype());
-  ctx->shape = t.shape();
-  ctx->strides = t.strides();
-  dl.ndim = static_cast<int>(ctx->shape.size());
-  dl.shape = ctx->shape.data();
-  dl.strides = ctx->strides.data();
-  dl.data = t.data_ptr();  // element 0 of the view: storage + offset
-  dl.byte_offset = 0;
-  ctx->tensor = std::move(t);
-  ctx->managed.manager_ctx = ctx.get();
-  ctx->managed.deleter = &delete_managed;
-  return &ctx.release()->managed;
+  return dlpack::to_managed(std::move(t));
 }
 
 }  // namespace braid::capi
@@ -369,7 +156,7 @@ BRAID_API const char* braidGetLastError(void) {
 BRAID_API braidResult_t braidDataTypeFromDLPack(DLDataType dtype, braidDataType_t* out) {
   return guard("braidDataTypeFromDLPack", [&] {
     require(out, "out");
-    const braid::DType d = braid::capi::dtype_from_dl_checked(dtype, "dtype");
+    const braid::DType d = braid::dlpack::dtype_from_dl(dtype, "dtype");
     *out = static_cast<braidDataType_t>(d);
   });
 }

@@ -19,6 +19,7 @@
 
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
+#include "dlpack_tensor.h"
 #include "module.h"
 
 namespace braid::python {
@@ -26,84 +27,6 @@ namespace {
 
 constexpr const char* kCapsuleName = "dltensor";
 constexpr const char* kUsedCapsuleName = "used_dltensor";
-// Note [DLPack bool] (as in the C ABI): DLPack 0.6 has no boolean code; DLPack 0.8 made
-// kDLBool = 6 with 8 bits, which newer torch and numpy use. braid's bool goes out and
-// comes in as that code. fp8 codes came with DLPack 1.1 (versioned tensors): refused.
-constexpr uint8_t kDLBoolCode = 6;
-
-std::string dl_dtype_str(DLDataType t) {
-  std::ostringstream out;
-  out << "{code " << int(t.code) << ", bits " << int(t.bits) << ", lanes " << t.lanes << "}";
-  return out.str();
-}
-
-DType dtype_from_dl(DLDataType t, const char* what) {
-  std::optional<DType> d;
-  if (t.lanes == 1) {
-    if (t.code == kDLFloat && t.bits == 64) d = DType::kF64;
-    if (t.code == kDLFloat && t.bits == 32) d = DType::kF32;
-    if (t.code == kDLFloat && t.bits == 16) d = DType::kF16;
-    if (t.code == kDLBfloat && t.bits == 16) d = DType::kBF16;
-    if (t.code == kDLInt && t.bits == 64) d = DType::kI64;
-    if (t.code == kDLInt && t.bits == 32) d = DType::kI32;
-    if (t.code == kDLInt && t.bits == 16) d = DType::kI16;
-    if (t.code == kDLInt && t.bits == 8) d = DType::kI8;
-    if (t.code == kDLUInt && t.bits == 8) d = DType::kU8;
-    if (t.code == kDLBoolCode && t.bits == 8) d = DType::kBool;
-  }
-  BRAID_CHECK(d.has_value(), kNotSupported, what, ": DLPack data type ", dl_dtype_str(t),
-              " has no braid dtype; expected lanes 1 and float 16/32/64, bfloat 16, int "
-              "8/16/32/64, uint 8 or bool (code 6) 8");
-  return *d;
-}
-
-DLDataType dl_from_dtype(DType d) {
-  auto make = [](uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; };
-  switch (d) {
-    case DType::kF64:
-      return make(kDLFloat, 64);
-    case DType::kF32:
-      return make(kDLFloat, 32);
-    case DType::kF16:
-      return make(kDLFloat, 16);
-    case DType::kBF16:
-      return make(kDLBfloat, 16);
-    case DType::kI64:
-      return make(kDLInt, 64);
-    case DType::kI32:
-      return make(kDLInt, 32);
-    case DType::kI16:
-      return make(kDLInt, 16);
-    case DType::kI8:
-      return make(kDLInt, 8);
-    case DType::kU8:
-      return make(kDLUInt, 8);
-    case DType::kBool:
-      return make(kDLBoolCode, 8);
-    case DType::kF8E4M3:
-    case DType::kF8E5M2:
-      break;
-  }
-  BRAID_FAIL(kNotSupported, "__dlpack__: dtype ", dtype_name(d),
-             " has no DLPack 0.6 code (fp8 came with DLPack 1.1); convert it first");
-}
-
-// kDLCPU and page-locked host memory are braid's cpu; kDLCUDA is cuda:<id> where this build
-// has the CUDA runtime.
-Device device_from_dl(DLDevice d, const char* what) {
-  if (d.device_type == kDLCPU || d.device_type == kDLCUDAHost) return kCPU;
-  if (d.device_type == kDLCUDA) {
-    BRAID_CHECK(is_runtime_built(DeviceType::kCUDA), kNotSupported, what,
-                ": a kDLCUDA tensor, but this build of braid has no CUDA runtime");
-    BRAID_CHECK(d.device_id >= 0 && d.device_id <= std::numeric_limits<int16_t>::max(),
-                kInvalidArgument, what, ": device_id ", d.device_id,
-                " of a kDLCUDA tensor is not a device index");
-    return Device(DeviceType::kCUDA, d.device_id);
-  }
-  BRAID_FAIL(kNotSupported, what, ": DLPack device_type ", int(d.device_type),
-             " is not supported; expected kDLCPU (1), kDLCUDA (2) or kDLCUDAHost (3)");
-}
-
 bool interpreter_finalizing() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
@@ -150,17 +73,6 @@ py::object capsule_of(py::handle obj, const char* what, Access access) {
     }
   }
   return capsule;
-}
-
-struct ExportContext {
-  Tensor tensor;
-  std::vector<int64_t> shape;
-  std::vector<int64_t> strides;
-  DLManagedTensor managed{};
-};
-
-void delete_export(DLManagedTensor* self) {
-  if (self != nullptr) delete static_cast<ExportContext*>(self->manager_ctx);
 }
 
 // The capsule destructor of the DLPack Python specification: frees the tensor only when no
@@ -244,32 +156,8 @@ Tensor tensor_from_object(py::handle obj, const char* what, Access access) {
               "can be consumed once, after which it is named 'used_dltensor')");
   auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName));
   BRAID_CHECK(m != nullptr, kInvalidArgument, what, ": the DLPack capsule holds no tensor");
-  const DLTensor& t = m->dl_tensor;
   // Everything is checked before the capsule is consumed: on an error it stays the producer's.
-  BRAID_CHECK(t.ndim >= 0 && (t.ndim == 0 || t.shape != nullptr), kInvalidArgument, what,
-              ": DLTensor with ndim ", t.ndim, " has no shape");
-  const DType dtype = dtype_from_dl(t.dtype, what);
-  const Device device = device_from_dl(t.device, what);
-  Shape shape(t.shape, t.shape + t.ndim);
-  std::optional<Strides> strides;
-  if (t.strides != nullptr) {
-    strides.emplace(t.strides, t.strides + t.ndim);
-    for (int d = 0; d < t.ndim; ++d) {
-      BRAID_CHECK((*strides)[d] >= 0, kInvalidArgument, what, ": stride ", (*strides)[d],
-                  " of dimension ", d, " (shape ", shape_str(shape),
-                  ") is negative; braid views need strides >= 0 (copy the array first)");
-    }
-  }
-  const int64_t numel = shape_numel(shape);
-  char* first = t.data == nullptr ? nullptr : static_cast<char*>(t.data) + t.byte_offset;
-  BRAID_CHECK(first != nullptr || numel == 0, kInvalidArgument, what,
-              ": DLTensor data is null for shape ", shape_str(shape));
-  BRAID_CHECK(reinterpret_cast<uintptr_t>(first) % dtype_size(dtype) == 0, kInvalidArgument, what,
-              ": data is not aligned to its ", dtype_size(dtype), "-byte ", dtype_name(dtype),
-              " elements");
-  Tensor view = Tensor::from_blob(
-      first, std::move(shape), dtype, device, [m](void*) { return_to_producer(m); },
-      std::move(strides));
+  Tensor view = dlpack::view_of(m->dl_tensor, what, [m](void*) { return_to_producer(m); });
   PyCapsule_SetName(capsule.ptr(), kUsedCapsuleName);  // braid owns it from here on
   return view;
 }
@@ -278,23 +166,12 @@ py::capsule to_dlpack_capsule(Tensor t) {
   BRAID_CHECK(t.defined(), kInvalidArgument, "__dlpack__: the tensor is undefined");
   BRAID_CHECK(t.device().is_cpu(), kNotSupported, "__dlpack__: tensor on ", t.device().str(),
               "; braid's Python module exports cpu tensors only");
-  auto ctx = std::make_unique<ExportContext>();
-  DLTensor& dl = ctx->managed.dl_tensor;
-  dl.device = DLDevice{kDLCPU, 0};
-  dl.dtype = dl_from_dtype(t.dtype());
-  ctx->shape = t.shape();
-  ctx->strides = t.strides();
-  dl.ndim = static_cast<int>(ctx->shape.size());
-  dl.shape = ctx->shape.data();
-  dl.strides = ctx->strides.data();
-  dl.data = t.data_ptr();  // element 0 of the view
-  dl.byte_offset = 0;
-  ctx->tensor = std::move(t);
-  ctx->managed.manager_ctx = ctx.get();
-  ctx->managed.deleter = &delete_export;
-  PyObject* capsule = PyCapsule_New(&ctx->managed, kCapsuleName, &capsule_destructor);
-  if (capsule == nullptr) throw py::error_already_set();
-  ctx.release();
+  DLManagedTensor* managed = dlpack::to_managed(std::move(t));
+  PyObject* capsule = PyCapsule_New(managed, kCapsuleName, &capsule_destructor);
+  if (capsule == nullptr) {
+    managed->deleter(managed);
+    throw py::error_already_set();
+  }
   return py::reinterpret_steal<py::capsule>(capsule);
 }
 
