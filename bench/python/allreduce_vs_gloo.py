@@ -16,9 +16,7 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.utils.dlpack as tdl
@@ -36,21 +34,6 @@ def size_str(b):
         if b >= m:
             return f"{b / m:g} {unit}"
     return f"{b} B"
-
-
-def init_gloo(pg):
-    """torch.distributed (gloo) beside braid: rank 0 serves a TCPStore on a free port, braid
-    broadcasts the port (braid launch's MASTER_PORT is braid's own store)."""
-    port = np.zeros(1, np.int64)
-    store = None
-    if pg.rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, pg.size, True, timedelta(seconds=60),
-                              wait_for_workers=False)
-        port[0] = store.port
-    pg.broadcast(port, root=0)
-    if pg.rank != 0:
-        store = dist.TCPStore("127.0.0.1", int(port[0]), pg.size, False, timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=pg.rank, world_size=pg.size)
 
 
 def measure(call, barrier, iters, warmup, repeats):
@@ -73,7 +56,7 @@ def main():
     args = parser.parse_args()
 
     pg = braid.init()
-    init_gloo(pg)
+    braid.init_torch_distributed(pg, "gloo")
     n, me = pg.size, pg.rank
     factor = 2 * (n - 1) / n
     rows = []

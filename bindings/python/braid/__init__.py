@@ -37,6 +37,31 @@ from ._braid import (
     zeros,
 )
 
+
+
+def init_torch_distributed(pg, backend="gloo", timeout_s=60.0):
+    """torch.distributed beside braid in the same processes (a peer to compare with, or
+    torch code next to braid's): rank 0 of `pg` serves a torch TCPStore on a free port of
+    127.0.0.1 and braid broadcasts the port, since `braid launch`'s MASTER_PORT is braid's own
+    store. One node only (the store is on loopback). Calls
+    torch.distributed.init_process_group(backend, rank=pg.rank, world_size=pg.size)."""
+    from datetime import timedelta
+
+    import numpy as np
+    import torch.distributed as dist
+
+    port = np.zeros(1, np.int64)
+    store = None
+    wait = timedelta(seconds=timeout_s)
+    if pg.rank == 0:
+        store = dist.TCPStore("127.0.0.1", 0, pg.size, True, wait, wait_for_workers=False)
+        port[0] = store.port
+    pg.broadcast(port, root=0)
+    if pg.rank != 0:
+        store = dist.TCPStore("127.0.0.1", int(port[0]), pg.size, False, wait)
+    dist.init_process_group(backend, store=store, rank=pg.rank, world_size=pg.size)
+
+
 # braid.TimeoutError derives from the builtin TimeoutError; it is left out of `import *` so
 # that it does not shadow the builtin in the importer's namespace.
 __all__ = [
@@ -56,6 +81,7 @@ __all__ = [
     "Work",
     "from_dlpack",
     "init",
+    "init_torch_distributed",
     "load_safetensors",
     "save_safetensors",
     "zeros",

@@ -29,7 +29,6 @@ import contextlib
 import copy
 import sys
 import time
-from datetime import timedelta
 
 try:
     import numpy as np
@@ -118,21 +117,6 @@ def micro_batch(data, step, m, batch):
     return torch.stack([data[s:s + SEQ] for s in starts.tolist()])
 
 
-def init_gloo(pg):
-    """torch.distributed over gloo beside braid: rank 0 serves a TCPStore on a free port and
-    braid tells the other ranks which (braid launch's MASTER_PORT is braid's own store)."""
-    port = np.zeros(1, np.int64)
-    store = None
-    if pg.rank == 0:
-        store = dist.TCPStore("127.0.0.1", 0, pg.size, True, timedelta(seconds=60),
-                              wait_for_workers=False)
-        port[0] = store.port
-    pg.broadcast(port, root=0)
-    if pg.rank != 0:
-        store = dist.TCPStore("127.0.0.1", int(port[0]), pg.size, False, timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=pg.rank, world_size=pg.size)
-
-
 def train_braid(model, data, pg, args):
     units = (["transformer.wte", "transformer.wpe"] +
              [f"transformer.h.{i}" for i in range(model.config.n_layer)] + ["transformer.ln_f"])
@@ -200,7 +184,7 @@ def main():
     t0 = time.perf_counter()
     braid_losses = train_braid(model, data, pg, args)
     t1 = time.perf_counter()
-    init_gloo(pg)
+    braid.init_torch_distributed(pg, "gloo")
     ddp_losses = train_ddp(ddp_model, data, args)
     t2 = time.perf_counter()
     dist.destroy_process_group()
