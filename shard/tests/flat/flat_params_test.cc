@@ -12,6 +12,7 @@
 #include "braid/core/error.h"
 #include "braid/nn/optim.h"
 #include "braid/tensor/ops.h"
+#include "comm_test_util.h"
 
 namespace braid::shard {
 namespace {
@@ -19,12 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<ProcessGroup> one_rank_group() {
-  ProcessGroupOptions o;
-  o.backend = "shm";
-  o.store = std::make_shared<InMemoryStore>();
-  o.rank = 0;
-  o.size = 1;
-  return ProcessGroup::create(o);
+  return braid::testing::make_group(0, 1, std::make_shared<InMemoryStore>());
 }
 
 std::vector<FlatUnitSpec> two_units() {
