@@ -246,7 +246,10 @@ void Accelerator::prepare_scheduler(nn::LRScheduler& scheduler) {
 }
 
 nn::DataLoader Accelerator::prepare_data_loader(const nn::DataLoader& loader) {
-  return nn::prepare_data_loader(loader, *dp_, config_.dataloader_config, device());
+  nn::DataLoader prepared =
+      nn::prepare_data_loader(loader, *dp_, config_.dataloader_config, device());
+  loaders_.push_back({prepared.position_reader(), prepared.total_batch_size()});
+  return prepared;
 }
 
 // ---- a training step ---------------------------------------------------------------------
@@ -275,23 +278,9 @@ Accelerator::AccumulateScope::~AccumulateScope() {
 Accelerator::AccumulateScope::AccumulateScope(AccumulateScope&& other) noexcept
     : acc_(std::exchange(other.acc_, nullptr)) {}
 
-bool Accelerator::advance_loader(const nn::DataLoader* loader) {
-  if (loader == nullptr) return false;
-  auto it = std::find_if(loaders_.begin(), loaders_.end(),
-                         [&](const LoaderPosition& p) { return p.loader == loader; });
-  if (it == loaders_.end()) {
-    loaders_.push_back({loader, 0});
-    it = loaders_.end() - 1;
-  }
-  ++it->batches;
-  const bool at_end = loader->end_of_dataloader();
-  if (at_end) it->batches = 0;  // the next batch starts an epoch
-  return at_end;
-}
-
 void Accelerator::begin_micro_batch(const nn::DataLoader* loader) {
   in_accumulate_ = true;
-  const bool at_end = advance_loader(loader);
+  const bool at_end = loader != nullptr && loader->end_of_dataloader();
   ++micro_in_window_;
   sync_gradients_ =
       micro_in_window_ >= accumulation_.num_steps || (accumulation_.sync_with_dataloader && at_end);
@@ -385,7 +374,7 @@ double Accelerator::pipeline_step(shard::GPTPipeline& pipeline, const std::vecto
   }
   // Unscaled (found-inf agreed by every process) before clipping, as finish_gradients does.
   if (scaled && optimizer_ != nullptr) scaler_->unscale_(*optimizer_);
-  for (size_t m = 0; m < ids.size(); ++m) advance_loader(loader);
+  (void)loader;  // the loader counts its own batches (DataLoader::position)
   micro_in_window_ = 0;
   window_size_ = static_cast<int64_t>(ids.size());
   sync_gradients_ = true;
@@ -564,10 +553,10 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
   }
   if (is_main_process()) {
     for (size_t i = 0; i < loaders_.size(); ++i) {
-      const nn::DataLoader& l = *loaders_[i].loader;
-      nlohmann::json j = {{"epoch", l.epoch()},
-                          {"batches", loaders_[i].batches},
-                          {"samples", loaders_[i].batches * l.total_batch_size()}};
+      const nn::DataLoaderPosition at = loaders_[i].position();
+      nlohmann::json j = {{"epoch", at.epoch},
+                          {"batches", at.batches},
+                          {"samples", at.batches * loaders_[i].total_batch_size}};
       write_text_atomic(folder / ("dataloader_" + std::to_string(i) + ".json"), j.dump());
     }
     for (size_t i = 0; i < custom_.size(); ++i) {

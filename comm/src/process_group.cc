@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "braid/comm/rank_info.h"
+#include "braid/comm/store.h"
 #include "braid/comm/work.h"
 #include "braid/core/environment.h"
 #include "braid/core/error.h"
@@ -258,9 +259,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   g->world_rank = rank;
   for (int r = 0; r < size; ++r) g->global_ranks.push_back(r);
   g->timeout = resolve_group_timeout(options.timeout);
-  g->debug_mode = get_env_bool("BRAID_DEBUG_MODE", false);
+  g->debug_mode = options.debug_mode.value_or(get_env_bool("BRAID_DEBUG_MODE", false));
   g->backend_name = backend_name;
-  g->root_store = options.store ? options.store : store_from_env(g->timeout);
+  if (options.store) {
+    g->root_store = options.store;
+  } else if (size == 1 && !get_env_string("MASTER_PORT").has_value()) {
+    // A plain process with no launcher around it is a valid one-rank world (as torch's
+    // init_process_group with world_size 1 and Accelerate's Accelerator()): its store lives in
+    // this process.
+    g->root_store = std::make_shared<InMemoryStore>(g->timeout);
+  } else {
+    g->root_store = store_from_env(g->timeout);
+  }
   g->store = group_store(g->root_store, g->id);
 
   // Every rank must agree on the world before any backend rendezvous starts.

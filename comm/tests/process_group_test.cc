@@ -643,6 +643,26 @@ TEST(ProcessGroupDebugMode, OffByDefault) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+TEST(ProcessGroupDebugMode, TheOptionOverridesTheEnvironment) {
+  PatchEnvironment env{{"BRAID_DEBUG_MODE", "0"}};
+  auto result = run_threads(2, [](int rank, int size, auto store) {
+    register_recording_once();
+    ProcessGroupOptions o;
+    o.backend = kRecording;
+    o.store = store;
+    o.rank = rank;
+    o.size = size;
+    o.timeout = milliseconds(20000);
+    o.debug_mode = true;  // the Accelerator's `debug: true`
+    auto pg = ProcessGroup::create(o);
+    Tensor t = rank == 0 ? Tensor::zeros({2, 3}) : Tensor::zeros({3, 2});
+    pg->all_reduce(t);
+  });
+  ASSERT_EQ(result.failures.size(), 2u) << result.summary();
+  EXPECT_NE(result.message_of(1).find("shape=[3, 2]   <- differs"), std::string::npos)
+      << result.summary();
+}
+
 // ------------------------------------------------------------------ shm: real collectives
 
 // rank r's value i: r * 100 + i (exact in every float type used below).
@@ -802,6 +822,47 @@ TEST(ProcessGroupShmForked, DebugModeReportsAcrossProcesses) {
   ASSERT_EQ(result.failures.size(), 2u) << result.summary();
   EXPECT_NE(result.message_of(1).find("count=2 op=sum shape=[2]   <- differs"), std::string::npos)
       << result.summary();
+}
+
+// A plain process (no launcher variables at all) is a one-rank world with its own store, as
+// torch's init_process_group(world_size=1) and Accelerate's Accelerator() are.
+TEST(ProcessGroupPlainProcess, CreateWithoutALauncherIsAOneRankWorld) {
+  PatchEnvironment env(EnvPatch{{"MASTER_PORT", std::nullopt},
+                                {"MASTER_ADDR", std::nullopt},
+                                {"RANK", std::nullopt},
+                                {"WORLD_SIZE", std::nullopt},
+                                {"LOCAL_RANK", std::nullopt},
+                                {"LOCAL_WORLD_SIZE", std::nullopt},
+                                {"BRAID_STORE_TOKEN", std::nullopt},
+                                {"OMPI_COMM_WORLD_RANK", std::nullopt},
+                                {"OMPI_COMM_WORLD_SIZE", std::nullopt},
+                                {"PMI_RANK", std::nullopt},
+                                {"PMI_SIZE", std::nullopt},
+                                {"SLURM_PROCID", std::nullopt},
+                                {"BRAID_BACKEND", std::nullopt}});
+  auto pg = ProcessGroup::create({});
+  EXPECT_EQ(pg->rank(), 0);
+  EXPECT_EQ(pg->size(), 1);
+  exercise_collectives(*pg, 17);
+  auto sub = pg->new_group({0});
+  EXPECT_EQ(sub->size(), 1);
+  exercise_collectives(*sub, 5);
+}
+
+// A launcher's variables without its port are still an error: a rank of a larger job must not
+// quietly become a world of its own.
+TEST(ProcessGroupPlainProcess, ALauncherWorldWithoutMasterPortIsStillAnError) {
+  PatchEnvironment env(EnvPatch{{"MASTER_PORT", std::nullopt},
+                                {"RANK", "0"},
+                                {"WORLD_SIZE", "2"},
+                                {"LOCAL_RANK", "0"},
+                                {"LOCAL_WORLD_SIZE", "2"}});
+  try {
+    (void)ProcessGroup::create({});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("MASTER_PORT is not set"), std::string::npos) << e.message();
+  }
 }
 
 }  // namespace

@@ -317,7 +317,15 @@ struct DataLoader::State {
   bool non_blocking = false;  // no effect on CPU
   Device device = kCPU;
   int64_t skip = 0;
-  int64_t iteration = 0;
+  // The epoch and the position in it, shared by a loader and every loader skip_first_batches
+  // derives from it (prepare_data_loader starts a new one): whichever of them runs a pass
+  // moves it, so the position of a resumed run is counted from the epoch's start.
+  struct Progress {
+    int64_t epoch = 0;
+    int64_t batches = 0;        // taken in this epoch's pass on this rank, skipped ones included
+    bool last_in_hand = false;  // the pass's last batch is out: the epoch is as good as done
+  };
+  std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   bool end_of_dataloader = false;
   int64_t remainder = -1;
 
@@ -339,9 +347,13 @@ struct DataLoader::Pass {
       done = true;
       current = Tree();
       source.reset();  // joins the prefetch thread
-      ++state->iteration;
+      ++state->progress->epoch;
+      state->progress->batches = 0;
+      state->progress->last_in_hand = false;
       return;
     }
+    ++state->progress->batches;
+    state->progress->last_in_hand = p->last;
     current = state->device == kCPU ? std::move(p->data) : send_to_device(p->data, state->device);
     state->end_of_dataloader = p->last;
     if (p->remainder) state->remainder = *p->remainder;
@@ -424,7 +436,9 @@ DataLoader::Iterator DataLoader::begin() {
     if (std::optional<int64_t> len = total_dataset_length())
       s.remainder = *len % total_batch_size();
   }
-  set_epoch(s.iteration);
+  set_epoch(s.progress->epoch);
+  s.progress->batches = s.skip;
+  s.progress->last_in_hand = false;
   if (s.sync_generator) sync_generator(*s.pg, *s.sampler->generator());
 
   const CollateFn collate = s.collate();
@@ -538,7 +552,7 @@ int64_t DataLoader::size() const {
 
 void DataLoader::set_epoch(int64_t epoch) {
   State& s = *s_;
-  s.iteration = epoch;
+  s.progress->epoch = epoch;
   if (s.sampler && s.sampler->takes_epoch()) {
     s.sampler->set_epoch(epoch);
   } else if (s.dataset) {
@@ -549,7 +563,20 @@ void DataLoader::set_epoch(int64_t epoch) {
 }
 
 int64_t DataLoader::epoch() const {
-  return s_->iteration;
+  return s_->progress->epoch;
+}
+
+DataLoaderPosition DataLoader::position() const {
+  const State::Progress& p = *s_->progress;
+  if (p.last_in_hand) return {p.epoch + 1, 0};
+  return {p.epoch, p.batches};
+}
+
+std::function<DataLoaderPosition()> DataLoader::position_reader() const {
+  return [progress = std::shared_ptr<const State::Progress>(s_->progress)]() -> DataLoaderPosition {
+    if (progress->last_in_hand) return {progress->epoch + 1, 0};
+    return {progress->epoch, progress->batches};
+  };
 }
 bool DataLoader::end_of_dataloader() const {
   return s_->end_of_dataloader;
@@ -612,7 +639,7 @@ DataLoader prepare_data_loader(const DataLoader& loader, ProcessGroup& pg,
   s->device = device;
   s->non_blocking = config.non_blocking;
   s->spec = ShardSpec{np, rank, config.split_batches, config.even_batches};
-  s->iteration = 0;
+  s->progress = std::make_shared<DataLoader::State::Progress>();
   s->end_of_dataloader = false;
   s->remainder = -1;
   if (config.use_seedable_sampler && dynamic_cast<RandomSampler*>(s->sampler.get()) != nullptr) {

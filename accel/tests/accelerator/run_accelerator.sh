@@ -4,7 +4,8 @@
 # train:   W 1 x 4 accumulation steps, W 2 x 2 and W 4 x 1 train to the same bits (the
 #          sharding layer's ordered reduction), at ZeRO-3, ZeRO-1/2 and DDP, with bf16 autocast
 #          and clipping; save_state -> SIGKILL -> load_state -> continue equals the
-#          uninterrupted run, also resumed at another world size.
+#          uninterrupted run, also resumed at another world size; and three launches (W 2 saves
+#          at step 2, W 1 resumes and saves at 4, W 4 resumes and finishes) equal one.
 # parallel: tensor and pipeline parallelism through the Accelerator (tp 2, pp 2, tp 2 with
 #          sequence parallelism, tp 2 x pp 2, dp 2 x pp 2 x tp 2): each step's loss and global
 #          gradient norm (clipped at 0.05) within 1e-6 of one process's (fp32; the split layers
@@ -59,9 +60,16 @@ train)
   same ref resumed
   # At another world size: a schedule counted in processes (Accelerate's AcceleratedScheduler
   # steps num_processes times per step) does not carry over, so a constant one here.
-  run ref_const 2 train "$out/ref_const" --steps 4 --accum 2 --constant-lr --project "$out/p_rc"
-  killed saving_const 2 train "$out/unused" --steps 4 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
-  run resumed_w4 4 train "$out/resumed_w4" --steps 4 --accum 1 --constant-lr --resume --project "$out/p_c"
+  run ref_const 2 train "$out/ref_const" --steps 6 --accum 2 --constant-lr --project "$out/p_rc"
+  killed saving_const 2 train "$out/unused" --steps 6 --accum 2 --constant-lr --save-at 2 --project "$out/p_c"
+  # A save after a resume (the second launch, on one process) records the position from the
+  # epoch's start, so the third launch (4 processes) resumes at step 4, not at step 2.
+  killed resaving_w1 1 train "$out/unused" --steps 6 --accum 4 --constant-lr --resume --save-at 4 --project "$out/p_c"
+  grep -q "resumed after 8 batches" "$out/resaving_w1.log" ||
+    { cat "$out/resaving_w1.log"; echo "FAIL: the second launch did not resume at step 2" >&2; exit 1; }
+  run resumed_w4 4 train "$out/resumed_w4" --steps 6 --accum 1 --constant-lr --resume --project "$out/p_c"
+  grep -q "resumed after 4 batches" "$out/resumed_w4.log" ||
+    { cat "$out/resumed_w4.log"; echo "FAIL: the third launch did not resume at step 4" >&2; exit 1; }
   same ref_const resumed_w4
   ;;
 parallel)

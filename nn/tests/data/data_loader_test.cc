@@ -172,7 +172,10 @@ TEST(DataLoader, SkipFirstBatchesKeepsTheEndAndRemainder) {
   EXPECT_EQ(skip_first_batches(loader, 9).size(), 0);
   DataLoader all_skipped = skip_first_batches(loader, 9);
   EXPECT_TRUE(run_pass(all_skipped).batches.empty());
-  EXPECT_EQ(all_skipped.epoch(), 1);  // an empty pass still ends the epoch
+  // An empty pass still ends the epoch; the skipped loaders share theirs with `loader`, so the
+  // two passes above made it 2.
+  EXPECT_EQ(all_skipped.epoch(), 2);
+  EXPECT_EQ(loader.epoch(), 2);
   DataLoader twice = skip_first_batches(skipped, 1);
   EXPECT_EQ(run_pass(twice).batches, (Batches{{9}}));
 }
@@ -182,8 +185,40 @@ TEST(DataLoader, SkipKeepsTheEpochOfASeedableSampler) {
   DataLoader loader(synthetic(9), {.batch_size = 3, .sampler = sampler});
   loader.set_epoch(4);
   DataLoader skipped = skip_first_batches(loader, 1);
-  const PassResult full = run_pass(loader), rest = run_pass(skipped);
+  const PassResult full = run_pass(loader);
+  skipped.set_epoch(4);  // the full pass ended epoch 4 for both (they share it)
+  const PassResult rest = run_pass(skipped);
   EXPECT_EQ(rest.batches, (Batches(full.batches.begin() + 1, full.batches.end())));
+}
+
+// The position save_state records is the loader's own: counted from the epoch's start even
+// in a pass that skipped its first batches, {epoch + 1, 0} once the last batch is out, and
+// shared by the loader and the ones skip_first_batches derives from it.
+TEST(DataLoader, PositionCountsFromTheEpochStartThroughSkips) {
+  DataLoader loader(synthetic(10), {.batch_size = 3});
+  EXPECT_EQ(loader.position(), (DataLoaderPosition{0, 0}));
+  auto read = loader.position_reader();
+  {
+    auto it = loader.begin();
+    EXPECT_EQ(loader.position(), (DataLoaderPosition{0, 1}));
+    ++it;
+    EXPECT_EQ(read(), (DataLoaderPosition{0, 2}));
+  }
+  DataLoader resumed = skip_first_batches(loader, 2);
+  auto it = resumed.begin();  // batch 2 of epoch 0
+  EXPECT_EQ(resumed.position(), (DataLoaderPosition{0, 3}));
+  EXPECT_EQ(loader.position(), (DataLoaderPosition{0, 3}));
+  ++it;  // the last batch: the epoch is done
+  EXPECT_TRUE(resumed.end_of_dataloader());
+  EXPECT_EQ(read(), (DataLoaderPosition{1, 0}));
+  ++it;
+  EXPECT_TRUE(it == resumed.end());
+  EXPECT_EQ(loader.position(), (DataLoaderPosition{1, 0}));
+  EXPECT_EQ(loader.epoch(), 1);
+  // The next epoch through the original loader starts at its first batch.
+  const PassResult next = run_pass(loader);
+  EXPECT_EQ(next.batches.front(), (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(read(), (DataLoaderPosition{2, 0}));
 }
 
 class CountingStream : public IterableDataset {

@@ -146,7 +146,9 @@ class Accelerator {
   // prepare_data_loader with the config's DataLoaderConfiguration over this group; the
   // accumulate scope reads its end_of_dataloader (sync_with_dataloader).
   // With model parallelism the loader is split over the dp group: the ranks of one dp index
-  // get the same batches.
+  // get the same batches. save_state records where each prepared loader stands (the loader's
+  // own DataLoader::position, which loaders skip_first_batches derives from it share), in
+  // order of preparation.
   nn::DataLoader prepare_data_loader(const nn::DataLoader& loader);
 
   // ---- a training step ----
@@ -208,8 +210,8 @@ class Accelerator {
   // train_step): ids[m] / labels[m] for the num_micro_batches micro-batches of this dp rank,
   // run by the schedule under autocast(); the gradients are then finished (the mean over
   // micro-batches and dp ranks). Ends a window (sync_gradients() true). Returns the mean loss.
-  // `loader`: where the micro-batches came from (ids.size() batches of it), tracked for
-  // save_state as accumulate(loader) does.
+  // `loader`: where the micro-batches came from (kept for the call's shape; a prepared loader
+  // counts its own batches for save_state).
   double pipeline_step(shard::GPTPipeline& pipeline, const std::vector<Tensor>& ids,
                        const std::vector<Tensor>& labels, const nn::DataLoader* loader = nullptr);
   // The global 2-norm over every stage, tp slice and dp shard (Pipeline::clip_grad_norm_).
@@ -255,10 +257,12 @@ class Accelerator {
   std::filesystem::path save_state(const std::filesystem::path& dir = {});
   // load_state: the inverse; `dir` empty: the latest checkpoint_<i> under project_dir.
   void load_state(const std::filesystem::path& dir = {});
-  // Where the i-th loader seen by accumulate() was when the loaded state was saved: its epoch,
-  // the batches this rank had taken in it, and the samples all ranks had taken
-  // (batches x total_batch_size: divide by the new loader's total_batch_size() to resume at
-  // another world size with skip_first_batches). All zero without a load.
+  // Where the i-th prepared loader was when the loaded state was saved: its epoch, the batches
+  // this rank had taken in it (skipped ones of a resumed run included), and the samples all
+  // ranks had taken (batches x total_batch_size: divide by the new loader's total_batch_size()
+  // to resume at another world size). Resume with set_epoch(epoch) and skip_first_batches;
+  // a save after that records the position from the epoch's start again. All zero without a
+  // load.
   struct ResumePosition {
     int64_t epoch = 0;
     int64_t batches = 0;
@@ -306,8 +310,6 @@ class Accelerator {
 
  private:
   void begin_micro_batch(const nn::DataLoader* loader);
-  // One batch taken from `loader` (its position for save_state); whether it ended the pass.
-  bool advance_loader(const nn::DataLoader* loader);
   void end_micro_batch();
   std::filesystem::path checkpoint_folder(bool for_load) const;
   // What save_state / load_state write and read, one folder per entry: each prepared model, or
@@ -327,13 +329,14 @@ class Accelerator {
   nn::Optimizer* optimizer_ = nullptr;
   nn::LRScheduler* scheduler_ = nullptr;
   std::unique_ptr<amp::GradScaler> scaler_;
-  // Loaders seen by accumulate(loader), in order of first use, with the batches each has
-  // yielded in its current epoch (save_state's dataloader_<i>.json).
-  struct LoaderPosition {
-    const nn::DataLoader* loader = nullptr;
-    int64_t batches = 0;
+  // The loaders prepare_data_loader made, in order: where each stands (the loader's own count,
+  // shared with the loaders skip_first_batches derives from it) for save_state's
+  // dataloader_<i>.json.
+  struct PreparedLoader {
+    std::function<nn::DataLoaderPosition()> position;
+    int64_t total_batch_size = 0;
   };
-  std::vector<LoaderPosition> loaders_;
+  std::vector<PreparedLoader> loaders_;
   std::vector<Checkpointable> custom_;
   std::vector<ResumePosition> resumed_;
   Trackers trackers_;

@@ -39,10 +39,15 @@ struct CallOptions {
 struct ProcessGroupOptions {
   // A backend of backend_names(), or "auto": choose_backend() (BRAID_BACKEND, else by layout).
   std::string backend = "auto";
-  std::shared_ptr<Store> store;  // null: store_from_env()
-  int rank = -1;                 // -1: from the environment (detect_rank_info)
+  // null: store_from_env(); a one-rank world without MASTER_PORT (a plain process, no
+  // launcher) gets an InMemoryStore of its own.
+  std::shared_ptr<Store> store;
+  int rank = -1;  // -1: from the environment (detect_rank_info)
   int size = -1;
   std::optional<std::chrono::milliseconds> timeout;  // null: BRAID_TIMEOUT or 300 s
+  // The cross-rank check of every collective's arguments (docs/comm.md, "Debug mode");
+  // null: BRAID_DEBUG_MODE. Subgroups inherit it.
+  std::optional<bool> debug_mode;
 };
 
 struct RankInfo;

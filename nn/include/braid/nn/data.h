@@ -168,6 +168,15 @@ struct DataLoaderConfiguration {
   bool non_blocking = false;  // no effect on CPU (documented no-op)
 };
 
+// Where a loader stands: the epoch, and the batches this rank has taken in it. Owned by the
+// loader (shared with the loaders skip_first_batches derives from it), so it survives a
+// resume: a pass that starts at batch n counts from n.
+struct DataLoaderPosition {
+  int64_t epoch = 0;
+  int64_t batches = 0;
+  bool operator==(const DataLoaderPosition&) const = default;
+};
+
 class DataLoader {
  public:
   class Iterator;
@@ -187,8 +196,17 @@ class DataLoader {
   // The number of batches a pass yields on this rank (len()). kNotSupported for an
   // IterableDataset without a size.
   int64_t size() const;
+  // The epoch the next (or current) pass draws; shared with the loaders skip_first_batches
+  // derives from this one, so a skipped pass that runs to the end advances both.
   void set_epoch(int64_t epoch);
   int64_t epoch() const;
+  // Where this loader (or one skip_first_batches derived from it) stands: the batches of the
+  // current pass taken on this rank, skipped ones included; once the pass's last batch is out,
+  // {epoch + 1, 0}. What save_state records (Accelerate's dataloader state).
+  DataLoaderPosition position() const;
+  // position(), readable after the loader is gone (the Accelerator keeps one per prepared
+  // loader rather than a pointer to it).
+  std::function<DataLoaderPosition()> position_reader() const;
   // True while the last batch of the pass is in hand (GradientState.end_of_dataloader).
   bool end_of_dataloader() const;
   // Real samples in the last global batch, for gather_for_metrics; -1 when unknown
