@@ -12,7 +12,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 # started by `braid launch`, sharded with ZeRO-3 in bf16 through the Accelerator
 # (examples/accelerate_gpt.cc, configured by examples/accelerate_gpt.yaml): progress lines,
 # a checkpoint every 200 steps, TensorBoard / JSONL logs, loss_curve.svg, a generated sample,
-# and model.safetensors + config.json that transformers loads.
+# and model.safetensors + config.json that transformers loads. --max_final_loss makes it fail
+# when the model did not learn (ln 256 - 1.5: well below a uniform guess over the bytes).
 "$build/bin/braid" launch --nproc-per-node 2 "$build/examples/accelerate_gpt" \
   --config_file "$here/examples/accelerate_gpt.yaml" \
-  --output_dir "$build/quickstart/accelerate_gpt"
+  --output_dir "$build/quickstart/accelerate_gpt" --max_final_loss 4.05

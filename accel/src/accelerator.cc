@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "braid/accel/env_utils.h"
 #include "braid/comm/object.h"
 #include "braid/comm/rank_info.h"
 #include "braid/comm/tree_ops.h"
@@ -77,6 +78,8 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
       o.backend = config_.init_process_group_kwargs.backend;
     }
     o.timeout = config_.init_process_group_kwargs.timeout;
+    // debug (ACCELERATE_DEBUG_MODE): the cross-rank check of every collective's arguments.
+    if (config_.debug) o.debug_mode = true;
     pg = ProcessGroup::create(o);
   }
   pg_ = std::move(pg);
@@ -99,6 +102,17 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
   }
   for (const std::string& w : plan_.warnings) {
     if (is_main_process()) BRAID_LOG(kWarning) << w;
+  }
+  if (config_.enable_cpu_affinity) {
+    // Accelerate's enable_cpu_affinity: each local process bound to its share of the machine
+    // (env_utils.h: by NUMA node), before any worker thread starts.
+    const std::vector<int> cpus = set_numa_affinity(local_process_index());
+    if (config_.debug) {
+      std::string list;
+      for (int c : cpus) list += (list.empty() ? "" : ",") + std::to_string(c);
+      BRAID_LOG(kInfo) << "enable_cpu_affinity: local process " << local_process_index()
+                       << " runs on CPUs " << list;
+    }
   }
   iteration_ = config_.project_config.iteration;
   if (config_.seed.has_value()) set_seed(*config_.seed);
@@ -156,6 +170,11 @@ std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
   auto sm = std::make_shared<shard::ShardedModel>(std::move(model), dp_, options);
   models_.push_back(sm);
   return sm;
+}
+
+std::unique_ptr<nn::InitEmptyWeights> Accelerator::model_init_context() const {
+  if (!plan_.init_on_meta) return nullptr;
+  return std::make_unique<nn::InitEmptyWeights>();
 }
 
 std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(nn::GPT& gpt) {
@@ -392,6 +411,7 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
   if (!sync_gradients_) return false;
   if (pipeline_) {
     BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::step: run pipeline_step first");
+    if (plan_.gradient_clipping) pipeline_->pipeline().clip_grad_norm_(*plan_.gradient_clipping);
     bool stepped = true;
     if (scaler_ && scaler_->is_enabled()) {
       stepped = scaler_->step(optimizer);  // skipped when any process found Inf / NaN
@@ -406,6 +426,11 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
   }
   BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
   finish_gradients(*models_.front());
+  // DeepSpeed's / Megatron-LM's gradient_clipping: the engine clips every step at that norm
+  // (on top of any clip_grad_norm_ the program ran: the smaller bound holds).
+  if (plan_.gradient_clipping) {
+    for (auto& m : models_) m->clip_grad_norm_(*plan_.gradient_clipping);
+  }
   bool stepped = true;
   if (scaler_ && scaler_->is_enabled()) {
     stepped = scaler_->step(optimizer);
@@ -537,7 +562,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
   const auto models = checkpointed_models("save_state");
   const bool automatic = dir.empty();
   const std::filesystem::path folder = automatic ? checkpoint_folder(false) : dir;
-  if (is_main_process()) std::filesystem::create_directories(folder);
+  if (writes_files()) std::filesystem::create_directories(folder);
   pg_->barrier();
   // The model(s) and optimizer: sharded checkpoints whose index also carries the scheduler,
   // the scaler and every rank's RNG state.
@@ -551,7 +576,20 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
     shard::ShardedModel::save_checkpoint(models[i], sub, i == 0 ? optimizer_ : nullptr,
                                          {{"iteration", std::to_string(iteration_)}}, extra);
   }
-  if (is_main_process()) {
+  if (plan_.state_dict_type == FsdpStateDictType::kFullStateDict) {
+    // FULL_STATE_DICT (DDP's and FSDP 1's default, Accelerate's model.safetensors /
+    // pytorch_model_fsdp.bin): the model's tensors whole as well, in the file transformers and
+    // safetensors read, beside the sharded checkpoint load_state resumes from.
+    if (pipeline_) {
+      save_model(*pipeline_, folder);
+    } else {
+      for (size_t i = 0; i < models_.size(); ++i) {
+        save_model(*models_[i],
+                   i == 0 ? folder : folder / ("model_" + std::to_string(i) + "_full"));
+      }
+    }
+  }
+  if (writes_files()) {
     for (size_t i = 0; i < loaders_.size(); ++i) {
       const nn::DataLoaderPosition at = loaders_[i].position();
       nlohmann::json j = {{"epoch", at.epoch},
@@ -569,7 +607,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
     ++iteration_;
     // total_limit: the oldest checkpoint_<i> beyond the limit go (Accelerate's rotation).
     const auto& limit = config_.project_config.total_limit;
-    if (limit.has_value() && is_main_process()) {
+    if (limit.has_value() && writes_files()) {
       std::vector<std::pair<int64_t, std::filesystem::path>> all;
       static const std::regex name("checkpoint_([0-9]+)");
       for (const auto& e : std::filesystem::directory_iterator(folder.parent_path())) {
@@ -625,6 +663,22 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
   finished_ = false;
 }
 
+bool Accelerator::writes_files() const {
+  // save_on_each_node: the main process of every machine writes (non-shared file systems).
+  return is_main_process() || (config_.project_config.save_on_each_node && is_local_main_process());
+}
+
+NamedTensors Accelerator::saved_dtype(NamedTensors state) const {
+  if (!plan_.save_16bit_model) return state;
+  // zero3_save_16bit_model: the weights in the 16-bit dtype the model computes in (bf16 or
+  // f16 under mixed precision; f32 without), as DeepSpeed's consolidated 16-bit state dict.
+  const DType dtype = amp::PrecisionPolicy::from(config_.mixed_precision).param_dtype;
+  for (auto& [name, t] : state) {
+    if (is_floating(t.dtype()) && t.dtype() != dtype) t = t.to(dtype);
+  }
+  return state;
+}
+
 Accelerator::ResumePosition Accelerator::resumed_position(size_t loader_index) const {
   if (loader_index >= resumed_.size()) return {};
   return resumed_[loader_index];
@@ -632,9 +686,10 @@ Accelerator::ResumePosition Accelerator::resumed_position(size_t loader_index) c
 
 NamedTensors Accelerator::get_state_dict(shard::ShardedModel& model) {
   if (model.options().tensor_parallel) {
-    return shard::tensor_parallel_full_state_dict(model, *model.options().tensor_parallel);
+    return saved_dtype(
+        shard::tensor_parallel_full_state_dict(model, *model.options().tensor_parallel));
   }
-  return model.full_state_dict();
+  return saved_dtype(model.full_state_dict());
 }
 
 NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
@@ -650,20 +705,20 @@ NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
   for (const Tree& rank : all_gather_object(*pg_, Tree(std::move(map)))) {
     for (const auto& [name, t] : rank.map()) out.emplace_back(name, t.tensor());
   }
-  return out;
+  return saved_dtype(std::move(out));
 }
 
 void Accelerator::save_model(shard::GPTPipeline& pipeline, const std::filesystem::path& dir,
                              std::string_view max_shard_size) {
   NamedTensors state = get_state_dict(pipeline);  // collective
-  if (is_main_process()) save_sharded(dir, state, max_shard_size, {{"format", "pt"}});
+  if (writes_files()) save_sharded(dir, state, max_shard_size, {{"format", "pt"}});
   pg_->barrier();
 }
 
 void Accelerator::save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
                              std::string_view max_shard_size) {
   NamedTensors state = get_state_dict(model);  // collective
-  if (is_main_process()) {
+  if (writes_files()) {
     // Tied weights appear under each of their names in the state dict; safetensors (and
     // transformers' save_pretrained) keep the first: drop the other names.
     std::set<std::string> first_names, all_names;
@@ -733,7 +788,8 @@ void Accelerator::free_memory() {
 int64_t Accelerator::find_executable_batch_size(const std::function<void(int64_t)>& fn,
                                                 int64_t starting_batch_size,
                                                 std::function<int64_t(int64_t)> reduce_fn) {
-  if (!reduce_fn) reduce_fn = [](int64_t b) { return b / 2; };
+  // The seed's default: the batch size times 0.9 after each failure (int(batch_size * 0.9)).
+  if (!reduce_fn) reduce_fn = [](int64_t b) { return static_cast<int64_t>(double(b) * 0.9); };
   int64_t batch = starting_batch_size;
   while (true) {
     BRAID_CHECK(batch > 0, kOutOfMemory,

@@ -286,20 +286,38 @@ class Builder {
         },
         std::move(env), w);
   }
-  // A key braid accepts and does not use (launcher, TPU and IPEX settings): any value; when
-  // `warn_if_true` and the value is true, a warning says it has no effect.
-  KeyInfo& ignored(std::string name, std::string why, bool warn_if_true = false) {
-    KeyInfo k{s_.name, std::move(name), "any value (" + why + ")"};
-    std::string path = k.path();
-    k.set = [path, why, warn_if_true](AcceleratorConfig&, const RawValue& v) {
-      if (!warn_if_true || v.kind != RawValue::Kind::kScalar) return;
-      bool on = false;
-      try {
-        on = parse_bool_value(v.text);
-      } catch (const ValueError&) {
-        return;
+  // A key for something braid does not run (TPU pods, IPEX, other launchers, torch.compile
+  // options): accepted only with a value that asks for nothing (null, false, an empty string,
+  // list or mapping, or one of `inert`, compared without case); any other value is refused
+  // with `why`, so a setting never looks honoured when it is not (docs/config.md).
+  KeyInfo& inert(std::string name, std::string why, std::vector<std::string> inert = {}) {
+    std::string expected = "null, false or empty";
+    for (const std::string& x : inert) expected += ", or '" + x + "'";
+    expected += " (" + why + ")";
+    KeyInfo k{s_.name, std::move(name), expected};
+    k.set = [inert](AcceleratorConfig&, const RawValue& v) {
+      switch (v.kind) {
+        case RawValue::Kind::kNull:
+          return;
+        case RawValue::Kind::kList:
+          if (v.items.empty()) return;
+          break;
+        case RawValue::Kind::kMap:
+          if (v.entries.empty()) return;
+          break;
+        case RawValue::Kind::kScalar: {
+          if (v.text.empty()) return;
+          try {
+            if (!parse_bool_value(v.text)) return;
+          } catch (const ValueError&) {
+          }
+          for (const std::string& x : inert) {
+            if (lower(v.text) == lower(x)) return;
+          }
+          break;
+        }
       }
-      if (on) BRAID_LOG(kWarning) << path << " is true: " << why << "; ignored";
+      throw ValueError{"braid does not act on it"};
     };
     k.get = [](const AcceleratorConfig&) -> Out { return std::nullopt; };
     out_.push_back(std::move(k));

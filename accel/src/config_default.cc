@@ -86,7 +86,7 @@ AcceleratorConfig resolve_config(AcceleratorConfig defaults, const ConfigSources
   if (auto file = find_config_file(sources)) apply_config_file(config, *file, sources.options);
   if (sources.use_environment) apply_environment(config);
   apply_overrides(config, sources.command_line.overrides, sources.options);
-  validate_config(config);
+  if (sources.validate) validate_config(config);
   return config;
 }
 

@@ -65,13 +65,12 @@ void add_top_level(std::vector<KeyInfo>& t) {
         if (!x) return std::nullopt;
         return OutValue{Kind::kInt, std::to_string(*x)};
       });
-  b.ignored("main_training_function", "braid runs programs, not Python functions");
-  for (const char* tpu :
-       {"tpu_name", "tpu_zone", "tpu_vm", "tpu_env", "commands", "command_file"}) {
-    b.ignored(tpu, "TPU pods only");
+  // accelerate config writes `main_training_function: main` into every file.
+  b.inert("main_training_function", "braid runs programs, not Python functions", {"main"});
+  for (const char* tpu : {"tpu_name", "tpu_zone", "tpu_vm", "tpu_env", "commands", "command_file",
+                          "tpu_use_cluster", "tpu_use_sudo"}) {
+    b.inert(tpu, "TPU pods only; braid has no TPU runtime");
   }
-  b.ignored("tpu_use_cluster", "TPU pods only", /*warn_if_true=*/true);
-  b.ignored("tpu_use_sudo", "TPU pods only");
 
   Builder<C> d(t, top_section("dynamo_config", Write::kAlways));
   d.field<DynamoBackend>(
@@ -84,15 +83,16 @@ void add_top_level(std::vector<KeyInfo>& t) {
       {"ACCELERATE_DYNAMO_BACKEND"});
   for (const char* k : {"dynamo_mode", "dynamo_use_fullgraph", "dynamo_use_dynamic",
                         "dynamo_use_regional_compilation"}) {
-    d.ignored(k, "torch.compile options; braid has no graph compiler");
+    d.inert(k, "torch.compile options; braid has no graph compiler", {"default"});
   }
 
   Builder<C> ipex(t, top_section("ipex_config", Write::kNever));
-  ipex.ignored("ipex", "Intel Extension for PyTorch; braid has its own CPU kernels", true);
-  ipex.ignored("use_xpu", "braid has no XPU runtime yet", true);
+  ipex.inert("ipex", "Intel Extension for PyTorch; braid has its own CPU kernels");
+  ipex.inert("use_xpu", "braid has no XPU runtime yet");
   Builder<C> mpi(t, top_section("mpirun_config", Write::kNever));
-  mpi.ignored("mpirun_hostfile", "accelerate launch's mpirun; run braid under mpirun directly");
-  mpi.ignored("mpirun_ccl", "oneCCL worker threads");
+  mpi.inert("mpirun_hostfile", "accelerate launch's mpirun; run braid under mpirun directly");
+  // accelerate config's default is 1 worker: nothing beyond the process itself.
+  mpi.inert("mpirun_ccl", "oneCCL worker threads; braid has no oneCCL backend", {"1"});
 }
 
 void add_gradient_accumulation(std::vector<KeyInfo>& t) {
@@ -410,9 +410,13 @@ void add_deepspeed(std::vector<KeyInfo>& t) {
          {"ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES"});
   b.integer("mics_shard_size", &D::mics_shard_size, 0, std::numeric_limits<int64_t>::max(),
             "a non-negative integer (0: every rank)", {}, Write::kIfChanged);
-  for (const char* k : {"deepspeed_multinode_launcher", "deepspeed_hostfile",
-                        "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"}) {
-    b.ignored(k, "the deepspeed launcher's multi-node settings; braid launch starts the ranks");
+  // `standard` (torchrun on every node) is what braid launch is.
+  b.inert("deepspeed_multinode_launcher",
+          "the deepspeed launcher's multi-node settings; braid launch starts the ranks",
+          {"standard"});
+  for (const char* k :
+       {"deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter"}) {
+    b.inert(k, "the deepspeed launcher's multi-node settings; braid launch starts the ranks");
   }
   // With a JSON file, the fields it holds are not written beside it: Accelerate refuses both,
   // and on reading the file back the JSON (read first) would be overridden.

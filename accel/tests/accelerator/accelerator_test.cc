@@ -2,18 +2,24 @@
 // multi-process behaviour is run_accelerator.sh's (label "accel;launch").
 #include "braid/accel/accelerator.h"
 
+#include <sched.h>
+
 #include <cmath>
 #include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "braid/accel/env_utils.h"
 #include "braid/comm/store.h"
+#include "braid/core/environment.h"
 #include "braid/core/error.h"
+#include "braid/core/file_util.h"
 #include "braid/nn/data_text.h"
 #include "braid/nn/gpt.h"
 #include "braid/nn/layers.h"
 #include "braid/nn/optim.h"
+#include "braid/tensor/safetensors.h"
 
 namespace braid::accel {
 namespace {
@@ -193,6 +199,251 @@ TEST(Accelerator, ModelParallelBadUseIsAnError) {
   for (auto& [name, p] : gpt.named_parameters()) {
     EXPECT_TRUE(names.count(name)) << name;
   }
+}
+
+// ---- every accepted setting acts (docs/config.md, "What each key does") --------------------
+
+// A scratch folder for one test, removed at the end.
+struct Scratch {
+  std::filesystem::path path;
+  explicit Scratch(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("braid_acc_" + name + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// One synced step of sum(model(x)) with SGD(lr 1); returns how far the weights moved (2-norm).
+double step_distance(Accelerator& acc, shard::ShardedModel& model, nn::Optimizer& opt) {
+  const Tensor before = model.full_state_dict()[0].second.clone();
+  Tensor x = Tensor::full({1, 4}, 100.0, DType::kF32);
+  Tensor y = model.forward(x);
+  acc.backward(model, Tensor::ones(y.shape(), DType::kF32));
+  EXPECT_TRUE(acc.step(opt));
+  acc.zero_grad(opt);
+  const Tensor after = model.full_state_dict()[0].second;
+  double d = 0;
+  for (int64_t i = 0; i < after.numel(); ++i) {
+    const double e = double(after.data<float>()[i]) - double(before.data<float>()[i]);
+    d += e * e;
+  }
+  return std::sqrt(d);
+}
+
+// deepspeed_config.gradient_clipping: the engine clips every step at that norm, with no call
+// in the program (Accelerate's DeepSpeed path).
+TEST(AcceleratorSettings, GradientClippingFromTheConfigClipsEveryStep) {
+  for (double clip : {0.0, 0.25}) {
+    AcceleratorConfig cfg;
+    cfg.distributed_type = DistributedType::kDeepSpeed;
+    cfg.deepspeed_plugin = DeepSpeedPlugin{.zero_stage = 2};
+    if (clip > 0) cfg.deepspeed_plugin->gradient_clipping = clip;
+    Accelerator acc(cfg, one_rank());
+    auto model = acc.prepare_model(tiny_model());
+    nn::SGD opt(model->optimizer_parameters(), {.lr = 1.0});
+    acc.prepare_optimizer(opt);
+    const double moved = step_distance(acc, *model, opt);
+    if (clip > 0) {
+      EXPECT_NEAR(moved, clip, 1e-4);  // the weight's gradient norm is 200: clipped to 0.25
+    } else {
+      EXPECT_GT(moved, 100.0);  // DeepSpeed's default 0: no clipping
+    }
+  }
+}
+
+// zero3_save_16bit_model: save_model writes the 16-bit dtype the model computes in; without
+// it, braid writes the f32 masters (Accelerate would refuse at stage 3; braid can gather them).
+TEST(AcceleratorSettings, Zero3Save16BitModelWritesTheComputeDtype) {
+  for (bool sixteen : {false, true}) {
+    Scratch dir(sixteen ? "s16" : "s32");
+    AcceleratorConfig cfg;
+    cfg.distributed_type = DistributedType::kDeepSpeed;
+    cfg.mixed_precision = amp::PrecisionType::kBf16;
+    cfg.deepspeed_plugin = DeepSpeedPlugin{.zero_stage = 3, .zero3_save_16bit_model = sixteen};
+    Accelerator acc(cfg, one_rank());
+    auto model = acc.prepare_model(tiny_model());
+    acc.save_model(*model, dir.path);
+    const NamedTensors saved = load_safetensors(dir.path / "model.safetensors");
+    ASSERT_FALSE(saved.empty());
+    for (auto& [name, t] : saved) {
+      EXPECT_EQ(t.dtype(), sixteen ? DType::kBF16 : DType::kF32) << name;
+    }
+  }
+}
+
+// FSDP's state_dict_type: FULL_STATE_DICT puts the whole model in the state folder as well
+// (model.safetensors, as Accelerate's DDP / FSDP-1 save_state); SHARDED_STATE_DICT only the
+// sharded checkpoint. DeepSpeed saves its engine's (sharded) checkpoint.
+TEST(AcceleratorSettings, StateDictTypeDecidesWhetherSaveStateWritesTheWholeModel) {
+  struct Case {
+    DistributedType type;
+    std::optional<FsdpStateDictType> sd;
+    bool whole;
+  };
+  for (const Case& c : {Case{DistributedType::kFsdp, FsdpStateDictType::kFullStateDict, true},
+                        Case{DistributedType::kFsdp, FsdpStateDictType::kShardedStateDict, false},
+                        Case{DistributedType::kNo, std::nullopt, true},
+                        Case{DistributedType::kDeepSpeed, std::nullopt, false}}) {
+    Scratch dir("sdt");
+    AcceleratorConfig cfg;
+    cfg.distributed_type = c.type;
+    if (c.type == DistributedType::kFsdp) {
+      cfg.fsdp_plugin = FullyShardedDataParallelPlugin{};
+      cfg.fsdp_plugin->state_dict_type = c.sd;
+    }
+    if (c.type == DistributedType::kDeepSpeed) cfg.deepspeed_plugin = DeepSpeedPlugin{};
+    Accelerator acc(cfg, one_rank());
+    auto model = acc.prepare_model(tiny_model());
+    nn::AdamW opt(model->optimizer_parameters(), {});
+    acc.prepare_optimizer(opt);
+    acc.save_state(dir.path);
+    EXPECT_TRUE(std::filesystem::is_directory(dir.path / "model"));
+    EXPECT_EQ(std::filesystem::exists(dir.path / "model.safetensors"), c.whole)
+        << distributed_type_name(c.type);
+    if (c.whole) {
+      const NamedTensors whole = load_safetensors(dir.path / "model.safetensors");
+      const NamedTensors mine = acc.get_state_dict(*model);
+      ASSERT_EQ(whole.size(), mine.size());
+    }
+    acc.load_state(dir.path);  // the sharded checkpoint resumes either way
+  }
+}
+
+// total_limit: automatic naming keeps the newest checkpoints only.
+TEST(AcceleratorSettings, TotalLimitKeepsTheNewestCheckpoints) {
+  Scratch dir("limit");
+  AcceleratorConfig cfg;
+  cfg.project_config.project_dir = dir.path;
+  cfg.project_config.automatic_checkpoint_naming = true;
+  cfg.project_config.total_limit = 2;
+  Accelerator acc(cfg, one_rank());
+  acc.prepare_model(tiny_model());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(acc.save_state(), dir.path / "checkpoints" / ("checkpoint_" + std::to_string(i)));
+  }
+  std::set<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path / "checkpoints")) {
+    left.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(left, (std::set<std::string>{"checkpoint_2", "checkpoint_3"}));
+  acc.load_state();  // the latest
+  EXPECT_EQ(acc.save_state(), dir.path / "checkpoints" / "checkpoint_4");
+}
+
+// zero3_init_flag (stage 3): the model is built on the meta device in model_init_context, and
+// prepare_model fills each rank's shards from param_init; without the flag, no context.
+TEST(AcceleratorSettings, Zero3InitFlagBuildsTheModelOnTheMetaDevice) {
+  AcceleratorConfig plain;
+  EXPECT_EQ(Accelerator(plain, one_rank()).model_init_context(), nullptr);
+  AcceleratorConfig cfg;
+  cfg.distributed_type = DistributedType::kDeepSpeed;
+  cfg.deepspeed_plugin = DeepSpeedPlugin{.zero_stage = 3, .zero3_init_flag = true};
+  Accelerator acc(cfg, one_rank());
+  std::shared_ptr<nn::Linear> model;
+  {
+    auto scope = acc.model_init_context();
+    ASSERT_NE(scope, nullptr);
+    model = tiny_model();
+  }
+  for (auto& [name, p] : model->named_parameters()) {
+    EXPECT_TRUE(p.data().device().is_meta()) << name;
+  }
+  // Without param_init the meta parameters have no values: ShardedModel says so.
+  EXPECT_THAT([&] { acc.prepare_model(model); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("param_init")));
+  auto sm =
+      acc.prepare_model(model, [](const std::string&, int64_t offset, int64_t count, float* dst) {
+        for (int64_t i = 0; i < count; ++i) dst[i] = 0.5f + float(offset + i);
+      });
+  const NamedTensors whole = sm->full_state_dict();
+  for (auto& [name, t] : whole) {
+    for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], 0.5f + float(i));
+  }
+}
+
+// enable_cpu_affinity: the process is bound to its NUMA node's CPUs at construction.
+TEST(AcceleratorSettings, EnableCpuAffinityBindsTheProcess) {
+  cpu_set_t original;
+  CPU_ZERO(&original);
+  ASSERT_EQ(::sched_getaffinity(0, sizeof original, &original), 0);
+  if (CPU_COUNT(&original) < 2) GTEST_SKIP() << "needs 2 CPUs to see a binding change";
+  const std::vector<NumaNode> nodes = numa_nodes();
+  const std::vector<int>& node_cpus = numa_node_for(nodes, 0, 1).cpus;
+  if (node_cpus.size() < 2) GTEST_SKIP() << "NUMA node 0 has one CPU";
+  // Narrowed to one CPU first, so the Accelerator's binding is visible as a widening to the node.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(node_cpus[0], &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof one, &one), 0);
+  {
+    AcceleratorConfig off;
+    Accelerator acc(off, one_rank());
+    cpu_set_t now;
+    ASSERT_EQ(::sched_getaffinity(0, sizeof now, &now), 0);
+    EXPECT_EQ(CPU_COUNT(&now), 1);  // left alone without the setting
+  }
+  AcceleratorConfig on;
+  on.enable_cpu_affinity = true;
+  Accelerator acc(on, one_rank());
+  cpu_set_t now;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof now, &now), 0);
+  EXPECT_EQ(CPU_COUNT(&now), static_cast<int>(node_cpus.size()));
+  for (int c : node_cpus) EXPECT_TRUE(CPU_ISSET(c, &now)) << c;
+  ASSERT_EQ(::sched_setaffinity(0, sizeof original, &original), 0);
+}
+
+// A plain process (no launcher variables) is a one-process job, as Accelerate's Accelerator().
+TEST(AcceleratorSettings, APlainProcessIsAOneProcessJob) {
+  PatchEnvironment env(EnvPatch{{"MASTER_PORT", std::nullopt},
+                                {"MASTER_ADDR", std::nullopt},
+                                {"RANK", std::nullopt},
+                                {"WORLD_SIZE", std::nullopt},
+                                {"LOCAL_RANK", std::nullopt},
+                                {"LOCAL_WORLD_SIZE", std::nullopt},
+                                {"OMPI_COMM_WORLD_RANK", std::nullopt},
+                                {"OMPI_COMM_WORLD_SIZE", std::nullopt},
+                                {"PMI_RANK", std::nullopt},
+                                {"PMI_SIZE", std::nullopt},
+                                {"SLURM_PROCID", std::nullopt}});
+  Accelerator acc;
+  EXPECT_EQ(acc.num_processes(), 1);
+  EXPECT_EQ(acc.distributed_type(), DistributedType::kNo);
+  auto model = acc.prepare_model(tiny_model());
+  nn::SGD opt(model->optimizer_parameters(), {.lr = 0.1});
+  acc.prepare_optimizer(opt);
+  EXPECT_GT(step_distance(acc, *model, opt), 0.0);
+}
+
+// Keys for things braid does not run are refused by name, not ignored.
+TEST(AcceleratorSettings, SettingsBraidCannotHonourAreRefused) {
+  auto refused = [](AcceleratorConfig c, const std::string& text) {
+    EXPECT_THAT([&] { Accelerator acc(c, one_rank()); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(text)));
+  };
+  AcceleratorConfig c;
+  c.mixed_precision = amp::PrecisionType::kFp8;
+  refused(c, "mixed_precision fp8");
+  c = {};
+  c.downcast_bf16 = true;
+  refused(c, "downcast_bf16");
+  c = {};
+  c.rdzv_backend = "etcd";
+  refused(c, "rdzv_backend 'etcd'");
+  c = {};
+  c.fsdp_plugin = FullyShardedDataParallelPlugin{.use_orig_params = false};
+  refused(c, "fsdp_use_orig_params false");
+  AcceleratorConfig y;
+  EXPECT_THAT([&] { apply_config_yaml(y, "tpu_name: my-pod\n", "job.yaml"); },
+              ::testing::ThrowsMessage<Error>(
+                  AllOf(HasSubstr("tpu_name = 'my-pod'"), HasSubstr("braid does not act on it"))));
+  EXPECT_NO_THROW(apply_config_yaml(y,
+                                    "tpu_name: null\nmain_training_function: main\n"
+                                    "dynamo_config:\n  dynamo_mode: default\n",
+                                    "job.yaml"));
 }
 
 }  // namespace

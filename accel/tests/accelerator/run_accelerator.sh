@@ -13,7 +13,8 @@
 #          fp16 through pipelines with skipped (overflowing) steps within 1e-3; interleaved
 #          1F1B (two chunks per rank); save_state / load_state round trips in every layout.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
-#          and the other methods (misc).
+#          debug: true catching a mismatched call, save_on_each_node on two ranks posing as
+#          two machines, and the other methods (misc).
 set -euo pipefail
 braid=$1 worker=$2 out=$3 variant=$4
 rm -rf "$out"
@@ -131,8 +132,17 @@ parallel)
 methods)
   run metrics 3 metrics
   run batch_size 2 batch-size
-  [[ $(grep -c "tried 64 32 16 -> 16" "$out/batch_size.log") -eq 2 ]] ||
-    { cat "$out/batch_size.log"; echo "FAIL: both ranks must settle on 16" >&2; exit 1; }
+  [[ $(grep -c "tried 64 57 51 45 40 36 32 28 25 22 19 17 15 -> 15" "$out/batch_size.log") -eq 2 ]] ||
+    { cat "$out/batch_size.log"; echo "FAIL: both ranks must settle on 15" >&2; exit 1; }
+  run debug 2 debug
+  [[ $(grep -c "debug mode OK (caught the mismatch)" "$out/debug.log") -eq 2 ]] ||
+    { cat "$out/debug.log"; echo "FAIL: debug: true must catch the mismatch on both ranks" >&2; exit 1; }
+  run nodes 2 nodes "$out/nodes"
+  for f in each/node0 each/node1 main/node0; do
+    [[ -f "$out/nodes/$f/model.safetensors" ]] || { echo "FAIL: save_on_each_node: no $f" >&2; exit 1; }
+  done
+  [[ ! -e "$out/nodes/main/node1" ]] || { echo "FAIL: without save_on_each_node rank 1 wrote" >&2; exit 1; }
+  echo "save_on_each_node: each node's main process wrote; without it, only the main process"
   run misc 2 misc "$out/misc"
   # Trackers wrote on the main process only.
   files=$(find "$out/misc/run" -type f | wc -l)

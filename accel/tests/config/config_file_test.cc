@@ -3,12 +3,14 @@
 // bad values, duplicates, broken YAML and missing files.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "braid/accel/config.h"
+#include "braid/core/file_util.h"
 #include "braid/core/logging.h"
 #include "config_test_util.h"
 
@@ -152,8 +154,36 @@ TEST(ConfigFile, AccelerateFp8AndMultiCpuFiles) {
   EXPECT_EQ(fp8.fp8_config.at("backend"), "TE");
   EXPECT_EQ(fp8.fp8_config.at("amax_history_len"), "1024");
   EXPECT_EQ(fp8.fp8_config.at("override_linear_precision"), "(false, false, false)");
+  // Read, but a job cannot run as fp8: refused rather than trained as bf16.
+  try {
+    validate_config(fp8);
+    ADD_FAILURE() << "fp8 should be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+    EXPECT_NE(e.message().find("mixed_precision fp8"), std::string::npos) << e.message();
+  }
+  fp8.mixed_precision = amp::PrecisionType::kBf16;
+  fp8.distributed_type = DistributedType::kMultiCpu;
+  try {
+    validate_config(fp8);
+    ADD_FAILURE() << "fp8_config without fp8 should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("fp8_config."), std::string::npos) << e.message();
+  }
 
-  AcceleratorConfig cpu = load_config_file(data_dir() / "accelerate_multi_cpu.yaml");
+  // accelerate launch's mpirun with a hostfile: braid launch does not read hostfiles, so the
+  // key is refused by name rather than ignored.
+  try {
+    (void)load_config_file(data_dir() / "accelerate_multi_cpu.yaml");
+    ADD_FAILURE() << "mpirun_hostfile should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("mpirun_config.mpirun_hostfile = '/home/user/hostfile'"),
+              std::string::npos)
+        << e.message();
+  }
+  std::string text = read_file(data_dir() / "accelerate_multi_cpu.yaml");
+  text.replace(text.find("/home/user/hostfile"), std::strlen("/home/user/hostfile"), "null");
+  AcceleratorConfig cpu = from_yaml(text);
   EXPECT_EQ(cpu.distributed_type, DistributedType::kMultiCpu);
   EXPECT_TRUE(cpu.use_cpu);
   EXPECT_EQ(cpu.num_machines, 4);

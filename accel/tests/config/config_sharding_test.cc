@@ -77,9 +77,13 @@ TEST(ShardingPlan, FsdpReshardAfterForwardOverridesTheStrategy) {
   ShardingPlan p = sharding_plan(c);
   EXPECT_EQ(p.options.stage, ZeroStage::k3);
   EXPECT_FALSE(p.options.reshard_after_forward);
+  // Without sharded parameters it would do nothing: refused by name.
   c = fsdp(FsdpShardingStrategy::kNoShard);
   c.fsdp_plugin->reshard_after_forward = true;
-  EXPECT_TRUE(has_warning(sharding_plan(c), "fsdp_reshard_after_forward"));
+  Error e = error_of([&] { sharding_plan(c); });
+  EXPECT_NE(e.message().find("fsdp_config.fsdp_reshard_after_forward applies to sharded"),
+            std::string::npos)
+      << e.message();
 }
 
 TEST(ShardingPlan, Fsdp2ParallelismConfigIsHsdp) {
@@ -122,10 +126,14 @@ TEST(ShardingPlan, FsdpMixedPrecisionFromTopLevelOrPolicy) {
   }
   c.fsdp_plugin->mixed_precision_policy =
       FsdpMixedPrecisionPolicy{DType::kBF16, DType::kF32, DType::kBF16};
+  // Buffers are not cast: a buffer_dtype other than f32 is refused, not ignored.
+  Error e = error_of([&] { sharding_plan(c); });
+  EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
+  EXPECT_NE(e.message().find("buffer_dtype bf16"), std::string::npos) << e.message();
+  c.fsdp_plugin->mixed_precision_policy->buffer_dtype = DType::kF32;
   ShardingPlan p = sharding_plan(c);
   EXPECT_EQ(p.options.param_dtype, DType::kBF16);
   EXPECT_EQ(p.options.reduce_dtype, DType::kF32);
-  EXPECT_TRUE(has_warning(p, "buffer_dtype"));
   // DDP keeps f32 parameters: mixed precision is autocast there.
   AcceleratorConfig ddp;
   ddp.distributed_type = DistributedType::kMultiCpu;
@@ -157,17 +165,24 @@ TEST(ShardingPlan, FsdpWrapPrefetchOffloadAndWarnings) {
   EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kFullStateDict);  // fsdp_version 1's default
   EXPECT_TRUE(p.warnings.empty());
 
+  // Settings honoured approximately are warned about; settings that would do nothing are
+  // refused.
   f.backward_prefetch = FsdpBackwardPrefetch::kBackwardPost;
-  f.limit_all_gathers = false;
   f.state_dict_type = FsdpStateDictType::kLocalStateDict;
-  f.auto_wrap_policy = shard::WrapKind::kTransformerBased;
   p = sharding_plan(c);
   EXPECT_TRUE(p.options.backward_prefetch);
   EXPECT_TRUE(has_warning(p, "BACKWARD_POST"));
-  EXPECT_TRUE(has_warning(p, "fsdp_limit_all_gathers"));
   EXPECT_TRUE(has_warning(p, "LOCAL_STATE_DICT"));
-  EXPECT_TRUE(has_warning(p, "fsdp_transformer_layer_cls_to_wrap"));
   EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kShardedStateDict);
+  f.limit_all_gathers = false;
+  EXPECT_NE(error_of([&] { sharding_plan(c); }).message().find("fsdp_limit_all_gathers false"),
+            std::string::npos);
+  f.limit_all_gathers = true;
+  f.auto_wrap_policy = shard::WrapKind::kTransformerBased;
+  EXPECT_NE(error_of([&] { sharding_plan(c); })
+                .message()
+                .find("without fsdp_config.fsdp_transformer_layer_cls_to_wrap"),
+            std::string::npos);
   // Unset: braid's defaults stay (prefetch on, sync on).
   p = sharding_plan(fsdp(FsdpShardingStrategy::kFullShard));
   shard::ShardingOptions defaults;
@@ -189,15 +204,28 @@ TEST(ShardingPlan, DeepSpeed) {
   EXPECT_EQ(p.gradient_clipping, 1.0);
   EXPECT_TRUE(p.warnings.empty());
 
+  EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kShardedStateDict);  // the engine's own
+  // Stage-3 settings at stages 0-2 would do nothing: refused by name.
   for (int stage = 0; stage <= 2; ++stage) {
     c.deepspeed_plugin->zero_stage = stage;
+    EXPECT_NE(error_of([&] { sharding_plan(c); })
+                  .message()
+                  .find("offload_param_device nvme applies to ZeRO stage 3"),
+              std::string::npos);
+    c.deepspeed_plugin->offload_param_device = nn::OffloadDevice::kNone;
+    EXPECT_NE(error_of([&] { sharding_plan(c); })
+                  .message()
+                  .find("zero3_init_flag applies to ZeRO stage 3"),
+              std::string::npos);
+    c.deepspeed_plugin->zero3_init_flag = false;
     p = sharding_plan(c);
     EXPECT_EQ(p.options.stage, static_cast<ZeroStage>(stage));
-    EXPECT_EQ(p.options.offload_param.device, nn::OffloadDevice::kNone);
-    EXPECT_TRUE(has_warning(p, "offload_param_device applies to ZeRO stage 3"));
-    EXPECT_TRUE(has_warning(p, "zero3_init_flag applies to ZeRO stage 3"));
     EXPECT_FALSE(p.init_on_meta);
+    c.deepspeed_plugin->offload_param_device = nn::OffloadDevice::kNvme;
+    c.deepspeed_plugin->zero3_init_flag = true;
   }
+  c.deepspeed_plugin->offload_param_device = nn::OffloadDevice::kNone;
+  c.deepspeed_plugin->zero3_init_flag = false;
   c.deepspeed_plugin->zero_stage = 2;
   c.deepspeed_plugin->mics_shard_size = 4;
   EXPECT_EQ(sharding_plan(c).options.shard_group_size, 4);
@@ -249,15 +277,23 @@ TEST(ShardingPlan, ModelParallelDegrees) {
   EXPECT_NE(e.message().find("num_processes 6 is not a multiple of tp_degree x pp_degree = 2 x 2"),
             std::string::npos)
       << e.message();
-  // Settings that only make sense with model parallelism are ignored with a warning without.
+  // Settings that only make sense with model parallelism are refused without it.
   c.num_processes = 2;
   c.megatron_lm_plugin->tp_degree = 1;
   c.megatron_lm_plugin->pp_degree = 1;
+  EXPECT_NE(error_of([&] { sharding_plan(c); })
+                .message()
+                .find("megatron_lm_sequence_parallelism applies to tensor parallelism"),
+            std::string::npos);
+  c.megatron_lm_plugin->sequence_parallelism = false;
+  EXPECT_NE(error_of([&] { sharding_plan(c); })
+                .message()
+                .find("megatron_lm_num_micro_batches 4 applies to pipeline parallelism"),
+            std::string::npos);
+  c.megatron_lm_plugin->num_micro_batches = 1;
   p = sharding_plan(c);
   EXPECT_FALSE(p.sequence_parallel);
   EXPECT_EQ(p.num_micro_batches, 0);
-  EXPECT_TRUE(has_warning(p, "megatron_lm_sequence_parallelism applies to tensor parallelism"));
-  EXPECT_TRUE(has_warning(p, "megatron_lm_num_micro_batches applies to pipeline parallelism"));
   // parallelism_config's tp_size; a different Megatron degree is a contradiction.
   c.parallelism_config = ParallelismConfig{.tp_size = 2};
   c.megatron_lm_plugin->tp_degree = 4;

@@ -130,6 +130,14 @@ class Accelerator {
   std::shared_ptr<shard::ShardedModel> prepare_model(
       std::shared_ptr<nn::Layer> model,
       std::function<void(const std::string&, int64_t, int64_t, float*)> param_init = {});
+  // zero3_init_flag (DeepSpeed stage 3) and fsdp_cpu_ram_efficient_loading: a scope in which
+  // the model is built on the meta device (nn::InitEmptyWeights; DeepSpeed's
+  // zero3_init_context_manager), so no rank ever holds it whole: give prepare_model a
+  // param_init (e.g. GPT::init_weights_range) that fills each rank's shards. Null when the
+  // configuration does not ask for it (the model is built as usual).
+  //   std::shared_ptr<nn::GPT> gpt;
+  //   { auto scope = acc.model_init_context(); gpt = std::make_shared<nn::GPT>(cfg); }
+  std::unique_ptr<nn::InitEmptyWeights> model_init_context() const;
   // pp_degree >= 1: the GPT cut into pp_degree stages (shard::GPTPipeline, 1F1B) over the pp
   // group, each stage split over tp and sharded over dp with the plan's options, loaded from
   // `gpt`'s values (the same whole model on every rank). num_micro_batches per step: the
@@ -297,8 +305,10 @@ class Accelerator {
   // free_memory: returns the CPU allocator's cached blocks to the OS.
   void free_memory();
 
-  // find_executable_batch_size: calls fn(batch_size) from starting_batch_size, halving (or
-  // reduce_batch_size_fn) after an out-of-memory error, until fn returns. Collective: after
+  // find_executable_batch_size: calls fn(batch_size) from starting_batch_size, multiplying it
+  // by 0.9 (the seed's default; int(b * 0.9): 128, 115, 103, ...) or applying
+  // reduce_batch_size_fn (which, unlike the seed's, gets the failed size) after an
+  // out-of-memory error, until fn returns. Collective: after
   // each attempt every rank learns whether any rank ran out of memory, so all ranks shrink
   // together and retry with the same size (Accelerate decides per process). fn must run no
   // collective after the point where it may run out of memory (else the other ranks would wait
@@ -312,6 +322,10 @@ class Accelerator {
   void begin_micro_batch(const nn::DataLoader* loader);
   void end_micro_batch();
   std::filesystem::path checkpoint_folder(bool for_load) const;
+  // Whether this process writes the files one process writes (save_on_each_node).
+  bool writes_files() const;
+  // The state dict in the dtype save_model writes (zero3_save_16bit_model).
+  NamedTensors saved_dtype(NamedTensors state) const;
   // What save_state / load_state write and read, one folder per entry: each prepared model, or
   // the pipeline rank's chunks together.
   std::vector<std::vector<shard::ShardedModel*>> checkpointed_models(const char* what) const;

@@ -165,8 +165,13 @@ struct ConfigSources {
   bool use_environment = true;  // apply_environment(process_environment())
   ConfigArguments command_line{};
   ConfigOptions options{};
+  // false: leave validate_config to the Accelerator (which runs it at construction), for a
+  // program that completes the config from its own keys first (e.g. a --tp_degree of its own
+  // that sets megatron_lm_config's degree).
+  bool validate = true;
 };
-// code defaults (`defaults`) < file < environment < command line, then validate_config.
+// code defaults (`defaults`) < file < environment < command line, then validate_config
+// (unless sources.validate is false).
 // Assignments the program makes to the result come last and win.
 AcceleratorConfig resolve_config(AcceleratorConfig defaults, const ConfigSources& sources);
 // The file resolve_config would read (nullopt: none).
