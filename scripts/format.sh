@@ -7,7 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-FOLDERS=(core kernels tensor comm amp nn shard accel apps examples bindings bench tests)
+FOLDERS=(core kernels tensor comm amp nn shard accel apps examples bindings bench tests docs)
 mode=fix
 case "${1:-}" in
   --check) mode=check ;;
