@@ -19,7 +19,8 @@
 // gradient_accumulation_steps follows from global_batch_size / (micro_batch_size x dp ranks);
 // with pp_degree > 1 they are the pipeline's micro-batches of one step.
 //
-// On the main process: a progress line every log_every steps (step, loss, tokens/s, ETA), a
+// On the main process: a progress line every log_every steps (accel::ProgressBar: step, loss,
+// tokens/s, remaining time), a
 // held-out loss, a generated sample, <output_dir>/loss_curve.svg, TensorBoard and JSONL logs
 // under <output_dir>/logs. Checkpoints (save_state) every save_every steps under
 // <output_dir>/checkpoints, the oldest beyond total_limit removed; `--resume true` continues
@@ -46,7 +47,6 @@
 namespace {
 
 using namespace braid;
-using Clock = std::chrono::steady_clock;
 
 const std::vector<std::string> kOwnKeys = {"data",
                                            "output_dir",
@@ -89,14 +89,6 @@ std::string printable(const Tensor& ids) {
     s += (c == '\n' || c == '\t' || (c >= 32 && c < 127)) ? static_cast<char>(c) : '?';
   }
   return s;
-}
-
-std::string duration(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60),
-                static_cast<long long>(s % 60));
-  return buf;
 }
 
 // The loss curve as an SVG line plot (an image any browser shows).
@@ -264,8 +256,15 @@ int run(int argc, char** argv) {
   std::vector<double> curve;
   const int64_t first_step = step + 1;
   double window_loss = 0, last_loss = 0, ema = -1;
-  const auto t0 = Clock::now();
   const int64_t start_step = step;
+  // The library's progress bar (main process only): a line every log_every steps and at the
+  // end, with the rate in tokens/s and the remaining time.
+  accel::ProgressBar bar = acc.progress_bar({.desc = "train",
+                                             .total = max_steps,
+                                             .every = log_every,
+                                             .initial = step,
+                                             .unit = "tok",
+                                             .unit_scale = double(global_batch * context)});
   while (step < max_steps) {
     train.set_epoch(epoch);
     nn::DataLoader skipped = acc.skip_first_batches(train, skip);
@@ -284,7 +283,6 @@ int run(int argc, char** argv) {
                       double(acc.gradient_accumulation_steps());
         window_ids.clear();
         window_labels.clear();
-        acc.clip_grad_norm_(*pipe, 1.0);
       } else {
         {
           auto accumulate = acc.accumulate(data);
@@ -294,8 +292,8 @@ int run(int argc, char** argv) {
           acc.backward(*model, ce.backward());
         }
         if (!acc.sync_gradients()) continue;
-        acc.clip_grad_norm_(*model, 1.0);
       }
+      // Clipping is the configuration's (deepspeed_config.gradient_clipping): acc.step clips.
       acc.step(opt);
       acc.scheduler_step(sched);
       acc.zero_grad(opt);
@@ -308,21 +306,7 @@ int run(int argc, char** argv) {
       ema = ema < 0 ? last_loss : 0.9 * ema + 0.1 * last_loss;
       curve.push_back(last_loss);
       acc.log({{"loss", last_loss}, {"lr", sched.get_last_lr()[0]}}, step);
-      if (step % log_every == 0 || step == max_steps || step == first_step) {
-        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-        const double per_step = s / double(step - start_step);
-        const double tokens = double(global_batch * context) / per_step;
-        const int width = 20;
-        const int done = static_cast<int>(width * step / max_steps);
-        char line[256];
-        std::snprintf(line, sizeof line,
-                      "[%s%s] step %lld/%lld  loss %.4f (avg %.4f)  %.0f tok/s  ETA %s",
-                      std::string(static_cast<size_t>(done), '#').c_str(),
-                      std::string(static_cast<size_t>(width - done), '.').c_str(),
-                      static_cast<long long>(step), static_cast<long long>(max_steps), last_loss,
-                      ema, tokens, duration(per_step * double(max_steps - step)).c_str());
-        acc.print(line);
-      }
+      bar.update(1, {{"loss", last_loss}, {"avg", ema}});
       if (save_every > 0 && step % save_every == 0 && step < max_steps) {
         const auto folder = acc.save_state();
         acc.print("saved " + folder.string());

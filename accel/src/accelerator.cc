@@ -492,6 +492,26 @@ void Accelerator::print(const std::string& text) const {
   std::cout << text << '\n' << std::flush;
 }
 
+ProgressBar Accelerator::progress_bar(ProgressOptions options) const {
+  options.enabled = options.enabled && is_main_process();
+  return ProgressBar(std::move(options));
+}
+
+namespace {
+
+// save_state / load_state report each part they write or read at info level (Accelerate logs
+// the same at INFO): the models, then the loaders and registered objects.
+ProgressBar checkpoint_progress(const std::string& what, const std::filesystem::path& folder,
+                                int64_t parts, bool main) {
+  return ProgressBar({.desc = what + " " + folder.string(),
+                      .total = parts,
+                      .unit = "parts",
+                      .enabled = main,
+                      .sink = [](const std::string& line) { BRAID_LOG(kInfo) << line; }});
+}
+
+}  // namespace
+
 void Accelerator::wait_for_everyone() {
   pg_->barrier();
 }
@@ -564,6 +584,8 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
   const std::filesystem::path folder = automatic ? checkpoint_folder(false) : dir;
   if (writes_files()) std::filesystem::create_directories(folder);
   pg_->barrier();
+  ProgressBar progress = checkpoint_progress(
+      "save_state", folder, static_cast<int64_t>(models.size()) + 1, is_main_process());
   // The model(s) and optimizer: sharded checkpoints whose index also carries the scheduler,
   // the scaler and every rank's RNG state.
   // A pipeline's stages each save their pieces into the same folder (their checkpoint group
@@ -575,6 +597,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
                                      .rng_states = i == 0};
     shard::ShardedModel::save_checkpoint(models[i], sub, i == 0 ? optimizer_ : nullptr,
                                          {{"iteration", std::to_string(iteration_)}}, extra);
+    progress.update();
   }
   if (plan_.state_dict_type == FsdpStateDictType::kFullStateDict) {
     // FULL_STATE_DICT (DDP's and FSDP 1's default, Accelerate's model.safetensors /
@@ -603,6 +626,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
     }
   }
   pg_->barrier();
+  progress.update();
   if (automatic) {
     ++iteration_;
     // total_limit: the oldest checkpoint_<i> beyond the limit go (Accelerate's rotation).
@@ -632,12 +656,15 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
   BRAID_CHECK(std::filesystem::is_directory(folder / "model"), kInvalidArgument,
               "Accelerator::load_state: ", folder.string(),
               " is not a saved state (no model/ folder)");
+  ProgressBar progress = checkpoint_progress(
+      "load_state", folder, static_cast<int64_t>(models.size()) + 1, is_main_process());
   for (size_t i = 0; i < models.size(); ++i) {
     const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
                                      .scaler = i == 0 ? scaler_.get() : nullptr,
                                      .rng_states = i == 0};
     shard::ShardedModel::load_checkpoint(models[i], sub, i == 0 ? optimizer_ : nullptr, extra);
+    progress.update();
   }
   resumed_.clear();
   for (size_t i = 0;; ++i) {
@@ -659,6 +686,7 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
     iteration_ =
         std::stoll(folder.filename().string().substr(std::string("checkpoint_").size())) + 1;
   }
+  progress.update();
   micro_in_window_ = 0;
   finished_ = false;
 }

@@ -17,8 +17,12 @@ fail() { echo "FAIL: $*"; echo "--- output:"; cat "$tmp/out" 2>/dev/null; exit 1
   fail "saving the checkpoint: exit status $?"
 
 # One file.
-"$braid" merge-weights "$tmp/ckpt" "$tmp/one" >"$tmp/out" 2>&1 || fail "merge: exit status $?"
+"$braid" merge-weights "$tmp/ckpt" "$tmp/one" >"$tmp/out" 2>"$tmp/err" || fail "merge: exit status $?"
 [ "$(cat "$tmp/out")" = "$tmp/one/model.safetensors" ] || fail "merge did not print the file"
+# Progress on stderr, ending with the full bar (accel/progress.h).
+grep -qE '^merge-weights \[#{20}\] ([0-9]+)/\1 ' "$tmp/err" || { cat "$tmp/err"; fail "no final progress line"; }
+"$braid" merge-weights "$tmp/ckpt" "$tmp/quiet" --quiet >"$tmp/out" 2>"$tmp/err" || fail "quiet merge"
+[ ! -s "$tmp/err" ] || fail "--quiet still printed progress"
 "$worker" check-merged "$tmp/one" 7 >"$tmp/out" 2>&1 || fail "model.safetensors differs"
 
 # Shards and an index.

@@ -158,7 +158,8 @@ NamedTensors ShardedCheckpoint::read_all() const {
 
 std::vector<fs::path> merge_weights(const fs::path& checkpoint, const fs::path& out_folder,
                                     std::string_view max_shard_size,
-                                    const std::vector<std::string>& names) {
+                                    const std::vector<std::string>& names,
+                                    const std::function<void(int64_t, int64_t)>& progress) {
   const uint64_t limit = parse_size(max_shard_size);
   BRAID_CHECK(limit > 0, kInvalidArgument, "merge_weights: max_shard_size '", max_shard_size,
               "' is 0 bytes");
@@ -179,9 +180,16 @@ std::vector<fs::path> merge_weights(const fs::path& checkpoint, const fs::path& 
     return names.empty() || std::any_of(names.begin(), names.end(),
                                         [&](const std::string& f) { return matches(name, f); });
   };
-  NamedTensors tensors;
+  std::vector<std::string> chosen;
   for (const std::string& name : ckpt.names()) {
-    if (wanted(name)) tensors.emplace_back(name, ckpt.read(name));
+    if (wanted(name)) chosen.push_back(name);
+  }
+  NamedTensors tensors;
+  for (const std::string& name : chosen) {
+    tensors.emplace_back(name, ckpt.read(name));
+    if (progress) {
+      progress(static_cast<int64_t>(tensors.size()), static_cast<int64_t>(chosen.size()));
+    }
   }
   const ShardedSaveResult saved = save_sharded(out_folder, tensors, limit, {{"format", "pt"}});
   std::vector<fs::path> written = saved.files;

@@ -446,5 +446,48 @@ TEST(AcceleratorSettings, SettingsBraidCannotHonourAreRefused) {
                                     "job.yaml"));
 }
 
+// ---- progress reporting ---------------------------------------------------------------------
+
+TEST(Progress, ReportsEveryNAndAtTheEndWithTheBarAndPostfix) {
+  std::vector<std::string> lines;
+  ProgressBar bar(
+      {.desc = "train", .total = 10, .every = 3, .initial = 2, .sink = [&](const std::string& l) {
+         lines.push_back(l);
+       }});
+  for (int i = 0; i < 8; ++i) bar.update(1, {{"loss", 1.5}});
+  // From 2: reports crossing 3, 6, 9 and at 10.
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_THAT(lines[0], ::testing::StartsWith("train [######..............] 3/10  loss 1.5000"));
+  EXPECT_THAT(lines[3], ::testing::StartsWith("train [####################] 10/10  loss 1.5000"));
+  EXPECT_THAT(lines[3], HasSubstr(" it/s  "));
+  EXPECT_THAT(lines[3], ::testing::EndsWith("<0:00"));  // nothing left
+  EXPECT_EQ(bar.count(), 10);
+  bar.update(5);  // past the end: no second final line
+  EXPECT_EQ(lines.size(), 4u);
+
+  // An unknown total: a count, no bar; disabled: nothing.
+  ProgressBar open({.desc = "read", .sink = [&](const std::string& l) { lines.push_back(l); }});
+  open.update(1);
+  EXPECT_THAT(lines.back(), ::testing::StartsWith("read 1"));
+  const size_t n = lines.size();
+  ProgressBar off(
+      {.total = 3, .enabled = false, .sink = [&](const std::string& l) { lines.push_back(l); }});
+  off.update(3);
+  EXPECT_EQ(lines.size(), n);
+  EXPECT_THAT([] { ProgressBar bad({.total = 2, .initial = 3}); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("initial 3 is outside [0, 2]")));
+  EXPECT_EQ(format_duration(3725), "1:02:05");
+  EXPECT_EQ(format_duration(65), "1:05");
+}
+
+TEST(Progress, TheAcceleratorsBarReportsOnTheMainProcessOnly) {
+  std::vector<std::string> lines;
+  Accelerator acc({}, one_rank());  // rank 0 of 1: the main process
+  ProgressBar bar =
+      acc.progress_bar({.total = 2, .sink = [&](const std::string& l) { lines.push_back(l); }});
+  bar.update(2);
+  EXPECT_EQ(lines.size(), 1u);
+}
+
 }  // namespace
 }  // namespace braid::accel

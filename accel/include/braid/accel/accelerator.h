@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "braid/accel/config.h"
+#include "braid/accel/progress.h"
 #include "braid/accel/trackers.h"
 #include "braid/amp/autocast.h"
 #include "braid/amp/grad_scaler.h"
@@ -248,6 +249,9 @@ class Accelerator {
 
   // ---- processes ----
   void print(const std::string& text) const;  // main process only, with a newline
+  // A progress bar that reports on the main process only (Accelerate's
+  // tqdm(main_process_only=True)); progress.h.
+  ProgressBar progress_bar(ProgressOptions options) const;
   void wait_for_everyone();
   // main_process_first: the main process runs fn first, the others after it finished.
   void main_process_first(const std::function<void()>& fn);

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -83,10 +84,11 @@ class ShardedCheckpoint {
 // sharded checkpoint whole into `out_folder` as model.safetensors, or as
 // model-0000i-of-0000N.safetensors + model.safetensors.index.json beyond max_shard_size
 // (save_sharded's rule), with {"format": "pt"} metadata. `names` filters (empty: all; a name
-// ending in '.' keeps that prefix, e.g. "model."). Returns the files written.
-std::vector<std::filesystem::path> merge_weights(const std::filesystem::path& checkpoint,
-                                                 const std::filesystem::path& out_folder,
-                                                 std::string_view max_shard_size = "5GB",
-                                                 const std::vector<std::string>& names = {});
+// ending in '.' keeps that prefix, e.g. "model."). `progress(done, total)` after each tensor
+// is read (the CLI's progress bar). Returns the files written.
+std::vector<std::filesystem::path> merge_weights(
+    const std::filesystem::path& checkpoint, const std::filesystem::path& out_folder,
+    std::string_view max_shard_size = "5GB", const std::vector<std::string>& names = {},
+    const std::function<void(int64_t done, int64_t total)>& progress = {});
 
 }  // namespace braid::shard
