@@ -116,6 +116,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOp
   if (job.store_served) env.emplace_back("BRAID_STORE_SERVED_BY_LAUNCHER", "1");
   if (options.timeout_s) env.emplace_back("BRAID_TIMEOUT", seconds_text(*options.timeout_s));
   if (!options.config_file.empty()) env.emplace_back("BRAID_CONFIG_FILE", options.config_file);
+  if (!options.rdzv_id.empty()) env.emplace_back("TORCHELASTIC_RUN_ID", options.rdzv_id);
   std::sort(env.begin(), env.end());
   return env;
 }

@@ -24,6 +24,7 @@ struct LaunchOptions {
   bool tee = false;                  // accepted for torchrun command lines; see docs/launch.md
   std::string log_dir;               // per-rank files DIR/rank_N.log when set
   double grace_period_s = 5.0;       // SIGTERM -> SIGKILL delay when stopping ranks
+  std::string rdzv_id;               // --rdzv-id, passed as TORCHELASTIC_RUN_ID when given
   std::vector<std::string> command;  // program and its arguments
 };
 
@@ -53,15 +54,19 @@ std::string shm_prefix(std::string_view token);
 std::vector<std::string> remove_job_shm(std::string_view token,
                                         const std::filesystem::path& dir = "/dev/shm");
 
+class SignalWatch;
+
 // Runs the whole job on this node: serves the store on node 0, starts and supervises the
 // ranks, removes the job's shared-memory segments. Returns the launcher's exit status
 // (docs/launch.md, "Exit status"). Throws kInvalidArgument / kIo before any rank starts.
 int run_job(const LaunchOptions& options);
+// The same with the caller's SignalWatch (created before anything that may start threads).
+int run_job(const LaunchOptions& options, const SignalWatch& signals);
 
 // The variables local rank `local_rank` gets on top of the launcher's environment, sorted by
 // name: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
 // BRAID_STORE_TOKEN, and when they apply BRAID_STORE_SERVED_BY_LAUNCHER, BRAID_TIMEOUT,
-// BRAID_CONFIG_FILE.
+// BRAID_CONFIG_FILE, TORCHELASTIC_RUN_ID.
 std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOptions& options,
                                                                   const JobSetup& job,
                                                                   int local_rank);

@@ -46,13 +46,10 @@ void report_shm_cleanup(const std::vector<std::string>& removed) {
             << " leftover shared-memory segment(s) of this job from /dev/shm: " << names << '\n';
 }
 
-}  // namespace
-
-int run_job(const LaunchOptions& options) {
-  validate(options);
-  std::string path = resolve_program(options.command.front());
-  SignalWatch signals;
-
+// A fresh store (node 0) and the ranks; the job's shared memory is removed afterwards,
+// however it ended.
+JobOutcome run_attempt(const LaunchOptions& options, const std::string& path,
+                       const SignalWatch& signals) {
   JobSetup job;
   job.token = job_token_for(options);
   job.master_addr = options.master_addr.empty() ? "127.0.0.1" : options.master_addr;
@@ -78,7 +75,21 @@ int run_job(const LaunchOptions& options) {
   }
   if (store) store->stop();
   report_shm_cleanup(remove_job_shm(job.token));
-  return outcome.exit_code;
+  return outcome;
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) {
+  validate(options);  // before blocking signals: a bad option needs no cleanup
+  SignalWatch signals;
+  return run_job(options, signals);
+}
+
+int run_job(const LaunchOptions& options, const SignalWatch& signals) {
+  validate(options);
+  std::string path = resolve_program(options.command.front());
+  return run_attempt(options, path, signals).exit_code;
 }
 
 }  // namespace braid::launch
