@@ -18,7 +18,7 @@
 namespace braid::launch {
 
 // The command line as given: nullopt / empty for what was not given. Options without a file
-// counterpart (timeout, log dir, grace period, the program) are in `base`.
+// counterpart (timeout, log dir, grace period, max restarts, the program) are in `base`.
 struct LaunchFlags {
   std::optional<std::string> nproc_per_node;  // a count, "auto", "cpu" or "gpu"
   std::optional<int> nnodes;
@@ -28,7 +28,7 @@ struct LaunchFlags {
   std::optional<std::string> rdzv_endpoint;  // HOST[:PORT]
   std::optional<std::string> rdzv_backend;   // c10d or static
   bool standalone = false;
-  LaunchOptions base;  // config_file, timeout, log_dir, command, ...
+  LaunchOptions base;  // config_file, timeout, log_dir, max_restarts, command, ...
 };
 
 // The launcher's keys of a configuration file; nullopt: absent (num_processes -1 counts as
@@ -71,7 +71,7 @@ ResolvedLaunch resolve_launch(const LaunchFlags& flags, const std::optional<File
                               const MachineCounts& counts);
 
 // Everything `braid launch` does: reads the file, resolves, prints the warnings, runs the job
-// (run_job). Returns the exit status; throws before any rank starts on bad input.
+// (run_job) with restarts. Returns the exit status; throws before any rank starts on bad input.
 int launch(const LaunchFlags& flags);
 
 }  // namespace braid::launch

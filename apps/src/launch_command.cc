@@ -57,6 +57,9 @@ void add_launch_command(CLI::App& app) {
                   "BRAID_CONFIG_FILE");
   CLI::Option* timeout = cmd->add_option(
       "--timeout", raw->timeout_s, "Collective deadline in seconds for the ranks (BRAID_TIMEOUT)");
+  cmd->add_option("--max-restarts,--max_restarts", o.max_restarts,
+                  "Restart the whole job up to N times after a rank fails")
+      ->capture_default_str();
   cmd->add_flag("--tee", o.tee, "Accepted for torchrun command lines (output is always shown)");
   cmd->add_option("--log-dir,--log_dir", o.log_dir,
                   "Also write each rank's output to DIR/rank_N.log");

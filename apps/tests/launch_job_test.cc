@@ -110,6 +110,32 @@ TEST(RankEnvironment, OptionalVariablesOnlyWhenGiven) {
   EXPECT_EQ(env.count("BRAID_CONFIG_FILE"), 0u);
 }
 
+TEST(RankEnvironment, RestartCountInBothSpellings) {
+  LaunchOptions o = valid_options();
+  o.max_restarts = 3;
+  o.rdzv_id = "job7";
+  JobSetup job{"0123456789abcdef", "127.0.0.1", 1234, true};
+  job.restart_count = 2;
+  auto env = as_map(rank_environment(o, job, 1));
+  EXPECT_EQ(env["BRAID_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
+  EXPECT_EQ(as_map(rank_environment(valid_options(), JobSetup{}, 0))["BRAID_RESTART_COUNT"], "0");
+}
+
+TEST(LaunchOptions, RestartsAreCountedAndForOneNode) {
+  LaunchOptions o = valid_options();
+  o.max_restarts = -1;
+  EXPECT_THAT(validate_error(o), HasSubstr("--max-restarts -1"));
+  o = valid_options();
+  o.max_restarts = 2;
+  o.nnodes = 2;
+  o.master_addr = "node0";
+  o.master_port = 29500;
+  EXPECT_THAT(validate_error(o), HasSubstr("--max-restarts 2 with --nnodes 2"));
+}
+
 // ---- resolve_launch: flags over the file ---------------------------------------------------
 
 LaunchFlags flags_with_file(const std::string& name = "cfg.yaml") {

@@ -530,4 +530,98 @@ TEST(LaunchTorchrunOptions, RdzvMisuseIsAnError) {
   }
 }
 
+// ---- restarts (docs/launch.md, "Restarts") -----------------------------------------------
+
+int attempts_recorded(const std::filesystem::path& dir) {
+  return count_of(read_file(dir / "attempts"), "attempt ");
+}
+
+TEST(LaunchRestarts, RestartedJobResumesFromItsCheckpoint) {
+  TempDir dir;
+  Launch run({"--nproc-per-node", "2", "--max-restarts", "1", "--grace-period", "2", kHelper,
+              "resume", dir.path().string(), "1"});
+  ASSERT_EQ(run.finish(), 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[rank 1] checkpoint at step 3, SIGKILL myself\n"));
+  EXPECT_THAT(run.err, HasSubstr("braid launch: restarting the job (attempt 1 of 1) after rank 1 "
+                                 "was killed by signal 9 (Killed)\n"));
+  EXPECT_THAT(run.out, HasSubstr("[rank 1] attempt 1 starts at step 3\n"));
+  EXPECT_THAT(run.out, HasSubstr("[rank 0] finished after resuming from step 3\n"));
+  EXPECT_THAT(run.out, HasSubstr("[rank 1] finished after resuming from step 3\n"));
+  EXPECT_EQ(attempts_recorded(dir.path()), 2);
+}
+
+TEST(LaunchRestarts, RestartedStoreRebindsAFixedPort) {
+  TempDir dir;
+  std::string port = std::to_string(free_port());
+  Launch run({"--nproc-per-node", "2", "--master-port", port, "--max-restarts", "1",
+              "--grace-period", "2", kHelper, "resume", dir.path().string(), "1"});
+  ASSERT_EQ(run.finish(), 0) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("restarting the job (attempt 1 of 1)"));
+  EXPECT_THAT(run.out, HasSubstr("[rank 0] finished after resuming from step 3\n"));
+}
+
+TEST(LaunchRestarts, WithoutRestartsTheJobFails) {
+  TempDir dir;
+  Launch run({"--nproc_per_node", "2", "--max_restarts", "0", "--grace-period", "2", kHelper,
+              "resume", dir.path().string(), "1"});
+  EXPECT_EQ(run.finish(), 137) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("rank 1 was killed by signal 9 (Killed)"));
+  EXPECT_THAT(run.err, Not(HasSubstr("restarting")));
+  EXPECT_THAT(run.out, Not(HasSubstr("finished")));
+  EXPECT_EQ(attempts_recorded(dir.path()), 1);
+}
+
+TEST(LaunchRestarts, ExhaustedRestartsGiveTheFailingStatus) {
+  TempDir dir;
+  Launch run({"--nproc-per-node", "2", "--max-restarts", "2", "--grace-period", "2", kHelper,
+              "resume", dir.path().string(), "3"});
+  EXPECT_EQ(run.finish(), 137) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("restarting the job (attempt 1 of 2)"));
+  EXPECT_THAT(run.err, HasSubstr("restarting the job (attempt 2 of 2)"));
+  EXPECT_EQ(count_of(run.err, "restarting the job"), 2) << run.err;
+  EXPECT_THAT(run.out, Not(HasSubstr("finished")));
+  EXPECT_EQ(attempts_recorded(dir.path()), 3);
+}
+
+TEST(LaunchRestarts, RankKilledInsideAnAllReduceIsRestarted) {
+  TempDir dir;
+  Launch run({"--nproc-per-node", "2", "--max-restarts", "1", "--grace-period", "2", "--timeout",
+              "30", kHelper, "allreduce-resume", dir.path().string()});
+  ASSERT_EQ(run.finish(), 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[rank 1] SIGKILL myself inside all_reduce #6\n"));
+  EXPECT_THAT(run.err, HasSubstr("restarting the job (attempt 1 of 1) after rank 1 was killed by "
+                                 "signal 9"));
+  // Resumed where rank 0's checkpoint said: not from the beginning.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.out, m,
+                                std::regex(R"(\[rank 1\] attempt 1 starts at step ([0-9]+)\n)")))
+      << run.out;
+  EXPECT_GE(std::stoi(m[1]), 6);
+  for (const char* r : {"0", "1"}) {
+    EXPECT_THAT(run.out, HasSubstr(std::string("[rank ") + r +
+                                   "] finished 12 all_reduces after "
+                                   "resuming from step " +
+                                   std::string(m[1]) + "\n"));
+  }
+}
+
+TEST(LaunchRestarts, StoppedLauncherDoesNotRestart) {
+  Launch run({"--nproc-per-node", "2", "--max-restarts", "3", "--grace-period", "5", kHelper,
+              "wait-term"});
+  ASSERT_TRUE(run.wait_for("] ready\n", 2)) << run.out << run.err;
+  run.send(SIGTERM);
+  EXPECT_EQ(run.finish(), 128 + SIGTERM) << run.out << run.err;
+  EXPECT_THAT(run.err, Not(HasSubstr("restarting")));
+  EXPECT_EQ(count_of(run.out, "] ready\n"), 2);
+}
+
+TEST(LaunchRestarts, RestartsNeedOneNode) {
+  PatchEnvironment token{{"BRAID_STORE_TOKEN", "shared-token-0123"}};
+  Launch run(with({"--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "29517",
+                   "--max-restarts", "1"},
+                  kPrintWorld));
+  EXPECT_EQ(run.finish(), 1);
+  EXPECT_THAT(run.err, HasSubstr("--max-restarts 1 with --nnodes 2"));
+}
+
 }  // namespace
