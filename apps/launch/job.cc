@@ -23,6 +23,7 @@ namespace {
 constexpr size_t kShmTokenChars = 12;
 constexpr int kMaxProcPerNode = 4096;
 constexpr double kMaxGraceSeconds = 3600.0;
+constexpr int kMaxRestarts = 1000000;
 
 std::string seconds_text(double seconds) {
   std::ostringstream out;
@@ -59,6 +60,14 @@ void validate(const LaunchOptions& o) {
                   o.grace_period_s <= kMaxGraceSeconds,
               kInvalidArgument, "--grace-period ", o.grace_period_s, ": expected seconds in [0, ",
               kMaxGraceSeconds, "]");
+  BRAID_CHECK(o.max_restarts >= 0 && o.max_restarts <= kMaxRestarts, kInvalidArgument,
+              "--max-restarts ", o.max_restarts, ": expected a count in [0, ", kMaxRestarts, "]");
+  // Note [Restarts on one node]: each node's launcher would restart its own ranks on its own,
+  // with nothing to make the nodes agree on the attempt (torchrun's elastic agent has a
+  // rendezvous round for that), so a restart is only offered where one launcher holds every rank.
+  BRAID_CHECK(o.max_restarts == 0 || o.nnodes == 1, kInvalidArgument, "--max-restarts ",
+              o.max_restarts, " with --nnodes ", o.nnodes,
+              ": restarts are built for one node only; expected --max-restarts 0 or --nnodes 1");
   BRAID_CHECK(
       !o.command.empty() && !o.command.front().empty(), kInvalidArgument,
       "braid launch: no program given: expected 'braid launch [options] program [args...]'");
@@ -112,10 +121,14 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOp
       {"MASTER_PORT", std::to_string(job.master_port)},
       {"RANK", std::to_string(rank)},
       {"WORLD_SIZE", std::to_string(world)},
+      {"BRAID_RESTART_COUNT", std::to_string(job.restart_count)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(job.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(options.max_restarts)},
   };
   if (job.store_served) env.emplace_back("BRAID_STORE_SERVED_BY_LAUNCHER", "1");
   if (options.timeout_s) env.emplace_back("BRAID_TIMEOUT", seconds_text(*options.timeout_s));
   if (!options.config_file.empty()) env.emplace_back("BRAID_CONFIG_FILE", options.config_file);
+  if (!options.rdzv_id.empty()) env.emplace_back("TORCHELASTIC_RUN_ID", options.rdzv_id);
   std::sort(env.begin(), env.end());
   return env;
 }

@@ -24,6 +24,8 @@ struct LaunchOptions {
   bool tee = false;                  // accepted for torchrun command lines; see docs/launch.md
   std::string log_dir;               // per-rank files DIR/rank_N.log when set
   double grace_period_s = 5.0;       // SIGTERM -> SIGKILL delay when stopping ranks
+  int max_restarts = 0;              // whole-job restarts after a rank failure (one node only)
+  std::string rdzv_id;               // --rdzv-id, passed as TORCHELASTIC_RUN_ID when given
   std::vector<std::string> command;  // program and its arguments
 };
 
@@ -36,6 +38,7 @@ struct JobSetup {
   std::string master_addr;    // MASTER_ADDR
   int master_port = 0;        // MASTER_PORT (the real port once the store is bound)
   bool store_served = false;  // this launcher serves the store (node 0)
+  int restart_count = 0;      // BRAID_RESTART_COUNT / TORCHELASTIC_RESTART_COUNT: 0, 1, ...
 };
 
 // The token for this job: a fresh random one (generate_store_token) for a single node; for several
@@ -53,15 +56,22 @@ std::string shm_prefix(std::string_view token);
 std::vector<std::string> remove_job_shm(std::string_view token,
                                         const std::filesystem::path& dir = "/dev/shm");
 
+class SignalWatch;
+
 // Runs the whole job on this node: serves the store on node 0, starts and supervises the
-// ranks, removes the job's shared-memory segments. Returns the launcher's exit status
-// (docs/launch.md, "Exit status"). Throws kInvalidArgument / kIo before any rank starts.
+// ranks, removes the job's shared-memory segments; after a rank failure, while
+// options.max_restarts allow, does it all again with a fresh token and store (docs/launch.md,
+// "Restarts"). Returns the launcher's exit status (docs/launch.md, "Exit status"). Throws
+// kInvalidArgument / kIo before any rank starts.
 int run_job(const LaunchOptions& options);
+// The same with the caller's SignalWatch (created before anything that may start threads).
+int run_job(const LaunchOptions& options, const SignalWatch& signals);
 
 // The variables local rank `local_rank` gets on top of the launcher's environment, sorted by
 // name: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
-// BRAID_STORE_TOKEN, and when they apply BRAID_STORE_SERVED_BY_LAUNCHER, BRAID_TIMEOUT,
-// BRAID_CONFIG_FILE.
+// BRAID_STORE_TOKEN, BRAID_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS, and when they apply BRAID_STORE_SERVED_BY_LAUNCHER,
+// BRAID_TIMEOUT, BRAID_CONFIG_FILE, TORCHELASTIC_RUN_ID.
 std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOptions& options,
                                                                   const JobSetup& job,
                                                                   int local_rank);

@@ -1,6 +1,7 @@
 // run_job (job.h): the order of a launch. Signals are blocked before the store's thread
 // starts (supervisor.h, SignalWatch), the store outlives every rank, and the job's
-// shared-memory segments are removed whatever way the job ended.
+// shared-memory segments are removed whatever way the job ended; a failed job is started again
+// while --max-restarts allow (Note [Whole-job restarts]).
 #include <unistd.h>
 
 #include <iostream>
@@ -46,17 +47,15 @@ void report_shm_cleanup(const std::vector<std::string>& removed) {
             << " leftover shared-memory segment(s) of this job from /dev/shm: " << names << '\n';
 }
 
-}  // namespace
-
-int run_job(const LaunchOptions& options) {
-  validate(options);
-  std::string path = resolve_program(options.command.front());
-  SignalWatch signals;
-
+// One attempt: a fresh store (node 0) and fresh ranks; the job's shared memory is removed
+// afterwards, however it ended.
+JobOutcome run_attempt(const LaunchOptions& options, const std::string& path, int restart_count,
+                       const SignalWatch& signals) {
   JobSetup job;
   job.token = job_token_for(options);
   job.master_addr = options.master_addr.empty() ? "127.0.0.1" : options.master_addr;
   job.master_port = options.master_port;
+  job.restart_count = restart_count;
   std::unique_ptr<TcpStoreServer> store;
   if (options.node_rank == 0) {
     store = std::make_unique<TcpStoreServer>(job.master_addr,
@@ -78,7 +77,31 @@ int run_job(const LaunchOptions& options) {
   }
   if (store) store->stop();
   report_shm_cleanup(remove_job_shm(job.token));
-  return outcome.exit_code;
+  return outcome;
+}
+
+}  // namespace
+
+int run_job(const LaunchOptions& options) {
+  validate(options);  // before blocking signals: a bad option needs no cleanup
+  SignalWatch signals;
+  return run_job(options, signals);
+}
+
+// Note [Whole-job restarts]: as torchrun's elastic agent, a failure of any rank stops every
+// rank, and the job starts again from its program's beginning with every rank new; the
+// program resumes from its own checkpoint (BRAID_RESTART_COUNT tells it which attempt it is).
+// A launcher that was told to stop (SIGINT / SIGTERM) never restarts.
+int run_job(const LaunchOptions& options, const SignalWatch& signals) {
+  validate(options);
+  std::string path = resolve_program(options.command.front());
+  for (int attempt = 0;; ++attempt) {
+    JobOutcome outcome = run_attempt(options, path, attempt, signals);
+    if (outcome.exit_code == 0) return 0;
+    if (outcome.interrupted || attempt >= options.max_restarts) return outcome.exit_code;
+    std::cerr << "braid launch: restarting the job (attempt " << attempt + 1 << " of "
+              << options.max_restarts << ") after " << outcome.summary << '\n';
+  }
 }
 
 }  // namespace braid::launch

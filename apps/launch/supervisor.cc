@@ -148,6 +148,7 @@ class Supervisor {
   std::optional<JobOutcome> failure_;         // the first rank failure, or the signal received
   std::optional<Clock::time_point> kill_at_;  // when SIGTERMed ranks get SIGKILL
   bool killed_ = false;
+  bool interrupted_ = false;  // SIGINT / SIGTERM received, whatever failed first
 };
 
 Supervisor::~Supervisor() {
@@ -245,6 +246,7 @@ void Supervisor::stop_all(int sig) {
 }
 
 void Supervisor::on_signal(int sig) {
+  interrupted_ = true;
   if (failure_ && kill_at_) {
     say(options_.err_fd, "received " + signal_text(sig) + " while stopping; sending SIGKILL");
     stop_all(SIGKILL);
@@ -375,6 +377,7 @@ JobOutcome Supervisor::run() {
     r->err.relay->finish();
   }
   JobOutcome outcome = failure_.value_or(JobOutcome{});
+  outcome.interrupted = interrupted_;
   if (!outcome.summary.empty()) say(options_.err_fd, "job failed: " + outcome.summary);
   return outcome;
 }

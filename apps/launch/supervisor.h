@@ -51,6 +51,7 @@ struct SuperviseOptions {
 struct JobOutcome {
   int exit_code = 0;    // 0, the first failing rank's code (128+signal), or 128+signal received
   std::string summary;  // "" on success, else e.g. "rank 2 exited with code 3"
+  bool interrupted = false;  // the launcher received SIGINT / SIGTERM: never restarted
 };
 
 // Starts every rank and returns once all have exited. Throws kIo when a rank cannot be

@@ -16,6 +16,7 @@
 #include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "launch/job.h"
+#include "launch/launch_config.h"
 #include "launch/line_relay.h"
 #include "launch/supervisor.h"
 
@@ -107,6 +108,219 @@ TEST(RankEnvironment, OptionalVariablesOnlyWhenGiven) {
   EXPECT_EQ(env["BRAID_STORE_SERVED_BY_LAUNCHER"], "1");
   EXPECT_EQ(env.count("BRAID_TIMEOUT"), 0u);
   EXPECT_EQ(env.count("BRAID_CONFIG_FILE"), 0u);
+}
+
+TEST(RankEnvironment, RestartCountInBothSpellings) {
+  LaunchOptions o = valid_options();
+  o.max_restarts = 3;
+  o.rdzv_id = "job7";
+  JobSetup job{"0123456789abcdef", "127.0.0.1", 1234, true};
+  job.restart_count = 2;
+  auto env = as_map(rank_environment(o, job, 1));
+  EXPECT_EQ(env["BRAID_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
+  EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
+  EXPECT_EQ(as_map(rank_environment(valid_options(), JobSetup{}, 0))["BRAID_RESTART_COUNT"], "0");
+}
+
+TEST(LaunchOptions, RestartsAreCountedAndForOneNode) {
+  LaunchOptions o = valid_options();
+  o.max_restarts = -1;
+  EXPECT_THAT(validate_error(o), HasSubstr("--max-restarts -1"));
+  o = valid_options();
+  o.max_restarts = 2;
+  o.nnodes = 2;
+  o.master_addr = "node0";
+  o.master_port = 29500;
+  EXPECT_THAT(validate_error(o), HasSubstr("--max-restarts 2 with --nnodes 2"));
+}
+
+// ---- resolve_launch: flags over the file ---------------------------------------------------
+
+LaunchFlags flags_with_file(const std::string& name = "cfg.yaml") {
+  LaunchFlags f;
+  f.base.config_file = name;
+  f.base.command = {"prog"};
+  return f;
+}
+
+std::string resolve_error(const LaunchFlags& flags, const std::optional<FileSettings>& file,
+                          const MachineCounts& counts = {}) {
+  try {
+    resolve_launch(flags, file, counts);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    return e.message();
+  }
+  ADD_FAILURE() << "resolve_launch accepted the flags";
+  return {};
+}
+
+TEST(ResolveLaunch, DefaultsWithoutFlagsOrFile) {
+  LaunchFlags f;
+  f.base.command = {"prog"};
+  ResolvedLaunch r = resolve_launch(f, std::nullopt, {});
+  EXPECT_EQ(r.options.nproc_per_node, 1);
+  EXPECT_EQ(r.options.nnodes, 1);
+  EXPECT_EQ(r.options.node_rank, 0);
+  EXPECT_EQ(r.options.master_addr, "");
+  EXPECT_EQ(r.options.master_port, 0);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(ResolveLaunch, FileKeysMapToTheJobShape) {
+  FileSettings file;
+  file.num_processes = 8;
+  file.num_machines = 2;
+  file.machine_rank = 1;
+  file.main_process_ip = "10.0.0.1";
+  file.main_process_port = 29501;
+  ResolvedLaunch r = resolve_launch(flags_with_file(), file, {});
+  EXPECT_EQ(r.options.nproc_per_node, 4);  // num_processes is the total, as accelerate's
+  EXPECT_EQ(r.options.nnodes, 2);
+  EXPECT_EQ(r.options.node_rank, 1);
+  EXPECT_EQ(r.options.master_addr, "10.0.0.1");
+  EXPECT_EQ(r.options.master_port, 29501);
+  EXPECT_EQ(r.options.config_file, "cfg.yaml");
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(ResolveLaunch, FlagsWinWithOneWarningPerDisagreement) {
+  FileSettings file;
+  file.num_processes = 2;
+  file.num_machines = 1;
+  file.main_process_port = 29501;
+  LaunchFlags f = flags_with_file();
+  f.nproc_per_node = "4";
+  f.nnodes = 1;  // agrees: no warning
+  f.master_port = 29502;
+  ResolvedLaunch r = resolve_launch(f, file, {});
+  EXPECT_EQ(r.options.nproc_per_node, 4);
+  EXPECT_EQ(r.options.master_port, 29502);
+  EXPECT_THAT(r.warnings,
+              ElementsAre("--master-port 29502 overrides main_process_port: 29501 from "
+                          "cfg.yaml",
+                          "--nproc-per-node 4 overrides num_processes: 2 from cfg.yaml"));
+}
+
+TEST(ResolveLaunch, NodesFromTheFlagDivideTheFilesTotal) {
+  FileSettings file;
+  file.num_processes = 6;
+  LaunchFlags f = flags_with_file();
+  f.nnodes = 2;
+  f.node_rank = 0;
+  f.master_addr = "10.0.0.1";
+  f.master_port = 29500;
+  EXPECT_EQ(resolve_launch(f, file, {}).options.nproc_per_node, 3);
+  f.nnodes = 4;
+  EXPECT_THAT(resolve_error(f, file), HasSubstr("num_processes: 6 in cfg.yaml does not divide "
+                                                "over 4 node(s)"));
+  f.nproc_per_node = "2";  // the flag wins: the file's total no longer matters, but is named
+  ResolvedLaunch r = resolve_launch(f, file, {});
+  EXPECT_EQ(r.options.nproc_per_node, 2);
+  EXPECT_THAT(r.warnings, ElementsAre(HasSubstr("--nproc-per-node 2 overrides num_processes: 6")));
+}
+
+TEST(ResolveLaunch, NprocPerNodeWords) {
+  LaunchFlags f;
+  f.base.command = {"prog"};
+  f.nproc_per_node = "auto";
+  EXPECT_EQ(resolve_launch(f, std::nullopt, {.gpus = 0, .cpus = 6}).options.nproc_per_node, 6);
+  EXPECT_EQ(resolve_launch(f, std::nullopt, {.gpus = 2, .cpus = 6}).options.nproc_per_node, 2);
+  f.nproc_per_node = "cpu";
+  EXPECT_EQ(resolve_launch(f, std::nullopt, {.gpus = 2, .cpus = 6}).options.nproc_per_node, 6);
+  f.nproc_per_node = "gpu";
+  EXPECT_THAT(resolve_error(f, std::nullopt, {.gpus = 0, .cpus = 6}), HasSubstr("no CUDA or HIP"));
+  f.nproc_per_node = "4x";
+  EXPECT_THAT(resolve_error(f, std::nullopt), HasSubstr("--nproc-per-node '4x'"));
+  // auto shows its count in the warning.
+  FileSettings file;
+  file.num_processes = 2;
+  LaunchFlags g = flags_with_file();
+  g.nproc_per_node = "auto";
+  EXPECT_THAT(resolve_launch(g, file, {.gpus = 0, .cpus = 3}).warnings,
+              ElementsAre("--nproc-per-node auto (3) overrides num_processes: 2 from cfg.yaml"));
+}
+
+TEST(ResolveLaunch, StandaloneIsOneLoopbackNodeAtAFreePort) {
+  FileSettings file;
+  file.num_machines = 2;
+  file.main_process_ip = "10.0.0.1";
+  LaunchFlags f = flags_with_file();
+  f.standalone = true;
+  ResolvedLaunch r = resolve_launch(f, file, {});
+  EXPECT_EQ(r.options.nnodes, 1);
+  EXPECT_EQ(r.options.master_addr, "127.0.0.1");
+  EXPECT_EQ(r.options.master_port, 0);
+  EXPECT_THAT(r.warnings,
+              ElementsAre("--standalone overrides num_machines: 2 from cfg.yaml",
+                          "--standalone overrides main_process_ip: 10.0.0.1 from cfg.yaml"));
+  f.nnodes = 2;
+  EXPECT_THAT(resolve_error(f, std::nullopt), HasSubstr("--standalone with --nnodes 2"));
+  f.nnodes = 1;
+  EXPECT_NO_THROW(resolve_launch(f, std::nullopt, {}));
+  f.master_addr = "10.0.0.1";
+  EXPECT_THAT(resolve_error(f, std::nullopt),
+              HasSubstr("--standalone with --master-addr 10.0.0.1"));
+  f.master_addr.reset();
+  f.master_port = 29500;
+  EXPECT_THAT(resolve_error(f, std::nullopt), HasSubstr("--standalone with --master-port 29500"));
+}
+
+TEST(ResolveLaunch, RdzvEndpointIsTheMasterAddressAndPort) {
+  LaunchFlags f;
+  f.base.command = {"prog"};
+  f.rdzv_endpoint = "node0:29511";
+  f.rdzv_backend = "c10d";
+  ResolvedLaunch r = resolve_launch(f, std::nullopt, {});
+  EXPECT_EQ(r.options.master_addr, "node0");
+  EXPECT_EQ(r.options.master_port, 29511);
+  f.master_addr = "node0";  // agreeing is fine
+  EXPECT_NO_THROW(resolve_launch(f, std::nullopt, {}));
+  f.master_addr = "node1";
+  EXPECT_THAT(resolve_error(f, std::nullopt), HasSubstr("disagrees with --master-addr node1"));
+  f.master_addr.reset();
+  f.rdzv_backend = "etcd-v2";
+  EXPECT_THAT(resolve_error(f, std::nullopt), HasSubstr("--rdzv-backend 'etcd-v2'"));
+}
+
+TEST(ParseRdzvEndpoint, Forms) {
+  EXPECT_EQ(parse_rdzv_endpoint("node0:29511"), std::make_pair(std::string("node0"), 29511));
+  EXPECT_EQ(parse_rdzv_endpoint("node0"), std::make_pair(std::string("node0"), 29400));
+  EXPECT_EQ(parse_rdzv_endpoint("[::1]:29511"), std::make_pair(std::string("::1"), 29511));
+  EXPECT_EQ(parse_rdzv_endpoint("[::1]"), std::make_pair(std::string("::1"), 29400));
+  for (const char* bad : {"node0:", "node0:http", "node0:70000", ":29500", "[::1", "[::1]x"}) {
+    EXPECT_THROW(parse_rdzv_endpoint(bad), Error) << bad;
+  }
+}
+
+TEST(FileSettings, AbsentKeysStayAbsent) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("braid_launch_cfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.yaml") << "mixed_precision: fp16\nmy_own_key: 3\n";
+  FileSettings a = read_file_settings(dir / "a.yaml");
+  EXPECT_FALSE(a.num_processes);
+  EXPECT_FALSE(a.num_machines);
+  EXPECT_FALSE(a.machine_rank);
+  EXPECT_FALSE(a.main_process_ip);
+  EXPECT_FALSE(a.main_process_port);
+  std::ofstream(dir / "b.yaml") << "num_processes: -1\nnum_machines: 1\nmachine_rank: 0\n"
+                                   "main_process_port: 0\n";
+  FileSettings b = read_file_settings(dir / "b.yaml");
+  EXPECT_FALSE(b.num_processes);  // -1: whatever the launcher starts
+  EXPECT_EQ(b.num_machines, 1);
+  EXPECT_EQ(b.machine_rank, 0);
+  EXPECT_EQ(b.main_process_port, 0);
+  try {
+    read_file_settings(dir / "missing.yaml");
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kIo);
+    EXPECT_THAT(e.message(), HasSubstr((dir / "missing.yaml").string()));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(MergeEnvironment, OverridesReplaceAndAdd) {

@@ -9,6 +9,15 @@
 //   store                    reach the launcher's store with the job token; check that a
 //                            wrong token is refused
 //   shm                      create a file named like the job's shared-memory segments
+//   resume DIR KILLS         a job that resumes from a checkpoint after a restart: rank 0 counts
+//                            attempts in DIR/attempts; every rank starts at the step in
+//                            DIR/checkpoint (0 without it) and counts to kResumeSteps; on the
+//                            first KILLS attempts rank 1 writes checkpoint 3 at step 3 and
+//                            SIGKILLs itself. Ranks meet in the store before the first step
+//                            and after the last.
+//   allreduce-resume DIR     kAllReduceSteps checked all_reduces on the world ProcessGroup,
+//                            rank 0 checkpointing the next step in DIR/checkpoint after each;
+//                            on attempt 0 rank 1 SIGKILLs itself inside all_reduce #6.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -18,13 +27,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
+#include "braid/comm/process_group.h"
 #include "braid/comm/rank_info.h"
 #include "braid/comm/store.h"
 #include "braid/comm/tcp_store.h"
 #include "braid/core/error.h"
+#include "braid/tensor/tensor.h"
 
 namespace {
 
@@ -141,6 +155,99 @@ int shm() {
   return 0;
 }
 
+// The restart count the launcher set; both spellings must agree.
+int restart_count() {
+  if (env("BRAID_RESTART_COUNT") != env("TORCHELASTIC_RESTART_COUNT")) {
+    std::cerr << "BRAID_RESTART_COUNT=" << env("BRAID_RESTART_COUNT")
+              << " but TORCHELASTIC_RESTART_COUNT=" << env("TORCHELASTIC_RESTART_COUNT") << "\n";
+    std::exit(94);
+  }
+  return std::atoi(env("BRAID_RESTART_COUNT").c_str());
+}
+
+int read_checkpoint(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "checkpoint");
+  int step = 0;
+  return in >> step ? step : 0;
+}
+
+// Written whole or not at all (a temporary name, then rename), as a real checkpoint is.
+void write_checkpoint(const std::filesystem::path& dir, int step) {
+  std::filesystem::path tmp = dir / ("checkpoint.tmp" + env("RANK"));
+  std::ofstream(tmp) << step << "\n";
+  std::filesystem::rename(tmp, dir / "checkpoint");
+}
+
+constexpr int kResumeSteps = 6;
+
+int resume(int argc, char** argv) {
+  if (argc != 4) return 64;
+  std::filesystem::path dir = argv[2];
+  int kills = std::atoi(argv[3]);
+  int attempt = restart_count(), rank = my_rank(), world = std::atoi(env("WORLD_SIZE").c_str());
+  if (rank == 0) std::ofstream(dir / "attempts", std::ios::app) << "attempt " << attempt << "\n";
+  int start = read_checkpoint(dir);
+  std::cout << "attempt " << attempt << " starts at step " << start << std::endl;
+  auto s = braid::store_from_env(std::chrono::seconds(60));
+  // Every rank is here (and rank 0 has counted the attempt) before rank 1 may die.
+  auto meet = [&](const std::string& what) {
+    s->set(what + "/" + std::to_string(rank), "1");
+    std::vector<std::string> keys;
+    for (int r = 0; r < world; ++r) keys.push_back(what + "/" + std::to_string(r));
+    s->wait(keys);
+  };
+  meet("started");
+  for (int step = start; step < kResumeSteps; ++step) {
+    if (rank == 1 && step == 3 && attempt < kills) {
+      write_checkpoint(dir, step);
+      std::cout << "checkpoint at step 3, SIGKILL myself" << std::endl;
+      ::kill(::getpid(), SIGKILL);
+    }
+    std::cout << "step " << step << std::endl;
+  }
+  meet("done");  // rank 0 waits here for rank 1, which may be gone
+  std::cout << "finished after resuming from step " << start << std::endl;
+  return 0;
+}
+
+constexpr int kAllReduceSteps = 12;
+constexpr int kAllReduceKillAt = 6;
+constexpr int64_t kAllReduceElements = int64_t{1} << 20;  // 4 MiB: several chunks on shm
+
+int allreduce_resume(int argc, char** argv) {
+  if (argc != 3) return 64;
+  std::filesystem::path dir = argv[2];
+  int attempt = restart_count();
+  auto pg = braid::ProcessGroup::create({});
+  const int rank = pg->rank(), world = pg->size();
+  // Read after the rendezvous: rank 0 writes the file only after a collective every rank is in.
+  int start = read_checkpoint(dir);
+  std::cout << "attempt " << attempt << " starts at step " << start << std::endl;
+  for (int step = start; step < kAllReduceSteps; ++step) {
+    if (rank == 1 && attempt == 0 && step == kAllReduceKillAt) {
+      std::cout << "SIGKILL myself inside all_reduce #" << step << std::endl;
+      // The killer races this thread into the collective, so the kill lands inside it.
+      std::thread([] { ::kill(::getpid(), SIGKILL); }).detach();
+    }
+    braid::Tensor t = braid::Tensor::full({kAllReduceElements}, double(rank + 1 + step));
+    pg->all_reduce(t);
+    const double expected = world * (world + 1) / 2.0 + double(world) * step;
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < kAllReduceElements; i += 4099) {
+      if (p[i] != expected) {
+        std::cerr << "all_reduce step " << step << " element " << i << " = " << p[i]
+                  << ", expected " << expected << std::endl;
+        return 4;
+      }
+    }
+    if (rank == 0) write_checkpoint(dir, step + 1);
+  }
+  if (rank == 1 && attempt == 0) ::pause();  // the killer thread was slow: it lands here
+  std::cout << "finished " << kAllReduceSteps << " all_reduces after resuming from step " << start
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +257,15 @@ int main(int argc, char** argv) {
   if (mode == "wait-term") return wait_term();
   if (mode == "store") return store();
   if (mode == "shm") return shm();
+  if (mode == "resume") return resume(argc, argv);
+  if (mode == "allreduce-resume") {
+    try {
+      return allreduce_resume(argc, argv);
+    } catch (const braid::Error& e) {
+      std::cerr << "error: " << e.what() << std::endl;
+      return 3;
+    }
+  }
   std::cerr << "launch_rank_helper: unknown mode '" << mode << "'\n";
   return 64;
 }
