@@ -129,6 +129,9 @@ std::vector<std::pair<std::string, std::string>> rank_environment(const LaunchOp
   if (options.timeout_s) env.emplace_back("BRAID_TIMEOUT", seconds_text(*options.timeout_s));
   if (!options.config_file.empty()) env.emplace_back("BRAID_CONFIG_FILE", options.config_file);
   if (!options.rdzv_id.empty()) env.emplace_back("TORCHELASTIC_RUN_ID", options.rdzv_id);
+  if (!options.visible_devices.empty()) {
+    env.emplace_back("CUDA_VISIBLE_DEVICES", options.visible_devices);
+  }
   std::sort(env.begin(), env.end());
   return env;
 }

@@ -26,6 +26,7 @@ struct LaunchOptions {
   double grace_period_s = 5.0;       // SIGTERM -> SIGKILL delay when stopping ranks
   int max_restarts = 0;              // whole-job restarts after a rank failure (one node only)
   std::string rdzv_id;               // --rdzv-id, passed as TORCHELASTIC_RUN_ID when given
+  std::string visible_devices;       // the file's gpu_ids: CUDA_VISIBLE_DEVICES for every rank
   std::vector<std::string> command;  // program and its arguments
 };
 

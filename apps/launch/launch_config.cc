@@ -103,6 +103,7 @@ FileSettings read_file_settings(const std::filesystem::path& path) {
   if (c.machine_rank >= 0) s.machine_rank = c.machine_rank;
   if (!c.main_process_ip.empty()) s.main_process_ip = c.main_process_ip;
   s.main_process_port = c.main_process_port;
+  if (!c.gpu_ids.empty() && c.gpu_ids != "all") s.gpu_ids = c.gpu_ids;
   return s;
 }
 
@@ -209,6 +210,7 @@ ResolvedLaunch resolve_launch(const LaunchFlags& flags, const std::optional<File
   r.options.node_rank = pick(node_rank, file_rank, "machine_rank", 0, name, r.warnings);
   r.options.master_addr = pick(addr, file_addr, "main_process_ip", std::string(), name, r.warnings);
   r.options.master_port = pick(port, file_port, "main_process_port", 0, name, r.warnings);
+  if (f.gpu_ids) r.options.visible_devices = *f.gpu_ids;
 
   // num_processes is the total over every machine (accelerate launch's meaning); the ranks on
   // this node are that over the nodes.

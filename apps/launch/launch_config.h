@@ -39,6 +39,9 @@ struct FileSettings {
   std::optional<int64_t> machine_rank;
   std::optional<std::string> main_process_ip;
   std::optional<int64_t> main_process_port;
+  // gpu_ids other than "all": the devices each rank sees (CUDA_VISIBLE_DEVICES), as accelerate
+  // launch exports them.
+  std::optional<std::string> gpu_ids;
 };
 
 // Reads `path` with accel's parser (any top-level key of the program's own is accepted).

@@ -396,6 +396,22 @@ TEST(LaunchConfigFile, MachineKeysSetTheNodeShape) {
                                  "port=29517\n"));
 }
 
+// gpu_ids (other than "all") become every rank's CUDA_VISIBLE_DEVICES, as accelerate launch
+// exports them; "all" leaves the variable alone.
+TEST(LaunchConfigFile, GpuIdsSetTheVisibleDevices) {
+  TempDir dir;
+  PatchEnvironment unset(braid::EnvPatch{{"CUDA_VISIBLE_DEVICES", std::nullopt}});
+  for (const char* ids : {"1,3", "all"}) {
+    std::string config = write_file(dir.path() / "cfg.yaml",
+                                    std::string("num_processes: 2\n") + "gpu_ids: '" + ids + "'\n");
+    Launch run({"--config-file", config, "/bin/sh", "-c",
+                "echo \"devices=${CUDA_VISIBLE_DEVICES:-unset}\""});
+    ASSERT_EQ(run.finish(), 0) << run.out << run.err;
+    const std::string want = std::string(ids) == "all" ? "unset" : ids;
+    EXPECT_THAT(run.out, HasSubstr("[rank 1] devices=" + want + "\n")) << ids;
+  }
+}
+
 TEST(LaunchConfigFile, MissingFileIsAnErrorBeforeAnyRankStarts) {
   TempDir dir;
   std::filesystem::path marker = dir.path() / "started";

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "braid/accel/config.h"
+#include "braid/core/file_util.h"
 #include "config_test_util.h"
 
 namespace braid::accel {
@@ -415,6 +416,21 @@ TEST(GradientAccumulation, EffectiveStepsAndPlugin) {
   c.gradient_accumulation_steps = 5;
   EXPECT_NO_THROW(validate_config(c));
   EXPECT_EQ(gradient_accumulation_plugin(c).num_steps, 5);
+}
+
+// docs/config.md's "What each key does" names every configuration key (as `section.key`), so
+// a key added to the table without saying whether it acts or is refused fails here.
+TEST(ConfigDocs, EveryKeyHasItsStatusInDocsConfigMd) {
+  const std::string doc = read_file(std::filesystem::path(BRAID_SOURCE_DIR) / "docs" / "config.md");
+  const size_t begin = doc.find("## What each key does");
+  ASSERT_NE(begin, std::string::npos) << "docs/config.md has no \"What each key does\" section";
+  const size_t end = doc.find("\n## ", begin + 1);
+  const std::string section = doc.substr(begin, end - begin);
+  std::string missing;
+  for (const std::string& path : config_key_paths()) {
+    if (section.find("`" + path + "`") == std::string::npos) missing += " " + path;
+  }
+  EXPECT_TRUE(missing.empty()) << "keys without a status in docs/config.md:" << missing;
 }
 
 }  // namespace
