@@ -113,6 +113,7 @@ std::optional<std::filesystem::path> write_basic_config(
     c.distributed_type = DistributedType::kNo;
   }
   c.debug = false;
+  validate_config(c);  // a file braid would refuse is not written (fp8)
   if (path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ec);
     BRAID_CHECK(!ec, kIo, "write_basic_config: cannot create folder ", path.parent_path().string(),
