@@ -119,6 +119,9 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
   if (config_.mixed_precision == amp::PrecisionType::kFp16) {
     scaler_ = std::make_unique<amp::GradScaler>(config_.grad_scaler_kwargs, pg_);
   }
+  if (config_.mixed_precision == amp::PrecisionType::kFp8) {
+    fp8_ = std::make_unique<amp::Fp8Training>(fp8_training_options(config_));
+  }
 }
 
 Accelerator::~Accelerator() = default;
@@ -279,6 +282,8 @@ amp::AutocastScope Accelerator::autocast() const {
       return amp::AutocastScope(DType::kBF16, config_.autocast_kwargs);
     case amp::PrecisionType::kFp16:
       return amp::AutocastScope(DType::kF16, config_.autocast_kwargs);
+    case amp::PrecisionType::kFp8:
+      return amp::AutocastScope(DType::kBF16, config_.autocast_kwargs, fp8_.get());
     default:
       return amp::AutocastScope::noop();
   }
@@ -420,6 +425,8 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
       optimizer.step();
     }
     step_was_skipped_ = !stepped;
+    // fp8: the step's amaxes (the same layers on every dp rank of this stage) give the scales.
+    if (fp8_) fp8_->update(dp_.get());
     pipeline_->after_step();
     finished_ = false;
     return stepped;
@@ -439,6 +446,7 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
     optimizer.step();
   }
   step_was_skipped_ = !stepped;
+  if (fp8_) fp8_->update(dp_.get());
   for (auto& m : models_) m->after_step();
   finished_ = false;
   return stepped;

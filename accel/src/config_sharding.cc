@@ -2,7 +2,10 @@
 // around ShardedModel (docs/config.md, "Mapping to braid's sharding"); validate_config: the
 // checks across keys. Both are pure: no files, no environment.
 #include <algorithm>
+#include <cctype>
+#include <climits>
 #include <string>
+#include <vector>
 
 #include "braid/accel/config.h"
 #include "braid/core/error.h"
@@ -315,6 +318,76 @@ ShardingPlan sharding_plan(const AcceleratorConfig& config) {
   return plan;
 }
 
+amp::Fp8TrainingOptions fp8_training_options(const AcceleratorConfig& config) {
+  amp::Fp8TrainingOptions o;
+  for (const auto& [key, raw] : config.fp8_config) {
+    const std::string v = raw;
+    auto integer = [&](int64_t lo) {
+      try {
+        size_t used = 0;
+        const long long n = std::stoll(v, &used);
+        if (used == v.size() && n >= lo && n <= INT32_MAX) return static_cast<int>(n);
+      } catch (const std::exception&) {
+      }
+      BRAID_FAIL(kInvalidArgument, "fp8_config.", key, " = '", v, "': expected an integer >= ", lo);
+    };
+    auto boolean = [&](std::string t) {
+      t.erase(0, t.find_first_not_of(" "));
+      t.erase(t.find_last_not_of(" ") + 1);
+      for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (t == "true" || t == "1" || t == "yes") return true;
+      if (t == "false" || t == "0" || t == "no") return false;
+      BRAID_FAIL(kInvalidArgument, "fp8_config.", key, " = '", v, "': expected true or false");
+    };
+    if (key == "backend") {
+      std::string b = v;
+      for (char& ch : b) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      BRAID_CHECK(b == "TE", kNotSupported, "fp8_config.backend ", v,
+                  ": braid trains fp8 with Transformer Engine's delayed-scaling recipe (TE); "
+                  "MS-AMP and torchao are not built");
+    } else if (key == "fp8_format") {
+      o.recipe.fp8_format = amp::parse_fp8_format(v);
+    } else if (key == "amax_history_len") {
+      o.recipe.amax_history_len = integer(1);
+    } else if (key == "amax_compute_algo") {
+      o.recipe.amax_compute_algo = amp::parse_amax_compute_algo(v);
+    } else if (key == "margin") {
+      o.recipe.margin = integer(0);
+    } else if (key == "interval") {
+      o.recipe.interval = integer(1);
+    } else if (key == "override_linear_precision") {
+      // "(fprop, dgrad, wgrad)", as Accelerate writes the tuple.
+      std::string t = v;
+      BRAID_CHECK(t.size() >= 2 && t.front() == '(' && t.back() == ')', kInvalidArgument,
+                  "fp8_config.override_linear_precision = '", v,
+                  "': expected (fprop, dgrad, wgrad), e.g. (false, false, false)");
+      t = t.substr(1, t.size() - 2);
+      std::vector<bool> flags;
+      size_t start = 0;
+      while (start <= t.size()) {
+        const size_t comma = t.find(',', start);
+        flags.push_back(boolean(t.substr(start, comma - start)));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      BRAID_CHECK(flags.size() == 3, kInvalidArgument, "fp8_config.override_linear_precision = '",
+                  v, "': expected three booleans (fprop, dgrad, wgrad)");
+      o.keep_fprop = flags[0];
+      o.keep_dgrad = flags[1];
+      o.keep_wgrad = flags[2];
+    } else if (key == "use_autocast_during_eval") {
+      o.in_eval = boolean(v);
+    } else {
+      BRAID_FAIL(kNotSupported, "fp8_config.", key,
+                 ": not a setting of the TE recipe braid runs (backend, fp8_format, "
+                 "amax_history_len, amax_compute_algo, margin, interval, "
+                 "override_linear_precision, use_autocast_during_eval)");
+    }
+  }
+  (void)amp::Fp8Training(o);  // the recipe's own checks
+  return o;
+}
+
 void validate_config(const AcceleratorConfig& c) {
   BRAID_CHECK(c.compute_environment == ComputeEnvironment::kLocalMachine, kNotSupported,
               "compute_environment ", compute_environment_name(c.compute_environment),
@@ -335,14 +408,14 @@ void validate_config(const AcceleratorConfig& c) {
   BRAID_CHECK(c.dynamo_backend == DynamoBackend::kNo, kNotSupported, "dynamo_backend ",
               dynamo_backend_name(c.dynamo_backend),
               ": braid has no graph compiler (torch.compile); expected NO");
-  // fp8: amp/fp8.h has the formats, delayed scaling and fp8_matmul, but Linear does not train
-  // through them yet; running the job as bf16 would look like fp8 and is not.
-  BRAID_CHECK(c.mixed_precision != amp::PrecisionType::kFp8, kNotSupported,
-              "mixed_precision fp8: braid does not train with fp8 GEMMs yet (the delayed-scaling "
-              "recipe of amp/fp8.h is not wired into Linear); expected no, fp16 or bf16");
-  BRAID_CHECK(c.fp8_config.empty(), kNotSupported, "fp8_config.", c.fp8_config.begin()->first,
-              ": fp8 training is not built in braid (mixed_precision fp8 is refused); remove "
-              "fp8_config");
+  // fp8_config does something only with mixed_precision fp8; its values are checked here.
+  if (c.mixed_precision == amp::PrecisionType::kFp8) {
+    (void)fp8_training_options(c);
+  } else {
+    BRAID_CHECK(c.fp8_config.empty(), kInvalidArgument, "fp8_config.", c.fp8_config.begin()->first,
+                ": fp8_config applies to mixed_precision fp8; mixed_precision is ",
+                amp::precision_type_name(c.mixed_precision));
+  }
   BRAID_CHECK(c.rdzv_backend == "static" || c.rdzv_backend == "c10d", kNotSupported,
               "rdzv_backend '", c.rdzv_backend,
               "': braid launch rendezvouses through its own store, which serves as torchrun's "

@@ -4,7 +4,9 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 
+#include "braid/amp/fp8.h"
 #include "braid/core/error.h"
 
 namespace braid::amp {
@@ -52,8 +54,18 @@ AutocastScope::AutocastScope(DType dtype, AutocastKwargs kwargs) {
   ++s.depth;
 }
 
+AutocastScope::AutocastScope(DType dtype, AutocastKwargs kwargs, Fp8Training* fp8)
+    : AutocastScope(dtype, kwargs) {
+  if (fp8 != nullptr) {
+    prev_fp8_ = exchange_fp8_training(fp8);
+    fp8_set_ = true;
+  }
+}
+
 AutocastScope::AutocastScope(AutocastScope&& other) noexcept
     : active_(other.active_),
+      fp8_set_(std::exchange(other.fp8_set_, false)),
+      prev_fp8_(other.prev_fp8_),
       prev_enabled_(other.prev_enabled_),
       prev_dtype_(other.prev_dtype_),
       prev_cache_(other.prev_cache_) {
@@ -66,7 +78,8 @@ AutocastScope::~AutocastScope() {
   s.enabled = prev_enabled_;
   s.dtype = prev_dtype_;
   s.cache = prev_cache_;
-  if (--s.depth == 0) s.cache_entries.clear();  // torch drops its cache at the outermost exit
+  if (--s.depth == 0) s.cache_entries.clear();
+  if (fp8_set_) exchange_fp8_training(prev_fp8_);  // torch drops its cache at the outermost exit
 }
 
 AutocastScope AutocastScope::noop() {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
@@ -142,6 +143,75 @@ float DelayedScaling::update(ProcessGroup* group) {
   std::rotate(history_.begin(), history_.begin() + 1, history_.end());
   history_[0] = 0.0f;
   return scale_;
+}
+
+// ---- fp8 training ---------------------------------------------------------------------
+
+namespace {
+thread_local Fp8Training* t_fp8 = nullptr;
+}  // namespace
+
+Fp8Training::Fp8Training(Fp8TrainingOptions options) : options_(options) {
+  // The recipe's checks, once, before any layer joins.
+  (void)DelayedScaling(options_.recipe, DType::kF8E4M3);
+}
+
+Fp8Training::LinearScaling* Fp8Training::linear(const void* layer, int64_t in_features,
+                                                int64_t out_features) {
+  if (in_features % 16 != 0 || out_features % 16 != 0) return nullptr;
+  for (auto& [key, scaling] : order_) {
+    if (key == layer) return scaling.get();
+  }
+  const DType grad = fp8_dtype(options_.recipe.fp8_format, Fp8Role::kGradient);
+  auto scaling = std::make_unique<LinearScaling>(LinearScaling{
+      DelayedScaling(options_.recipe, DType::kF8E4M3),
+      DelayedScaling(options_.recipe, DType::kF8E4M3), DelayedScaling(options_.recipe, grad)});
+  order_.emplace_back(layer, std::move(scaling));
+  return order_.back().second.get();
+}
+
+void Fp8Training::update(ProcessGroup* group) {
+  if (order_.empty()) return;
+  if (group != nullptr && group->size() > 1) {
+    const int64_t n = static_cast<int64_t>(order_.size()) * 3;
+    Tensor amax = Tensor::empty({n}, DType::kF32);
+    float* a = amax.data<float>();
+    int64_t i = 0;
+    for (auto& [key, s] : order_) {
+      for (DelayedScaling* d : {&s->input, &s->weight, &s->grad_output}) {
+        const float v = d->step_amax();
+        a[i++] = std::isfinite(v) ? v : INFINITY;  // NaN / Inf: the scale is kept
+      }
+    }
+    CallOptions o;
+    o.op = ReduceOp::kMax;
+    group->all_reduce(amax, o);
+    i = 0;
+    for (auto& [key, s] : order_) {
+      for (DelayedScaling* d : {&s->input, &s->weight, &s->grad_output}) d->set_step_amax(a[i++]);
+    }
+  }
+  for (auto& [key, s] : order_) {
+    s->input.update();
+    s->weight.update();
+    s->grad_output.update();
+  }
+}
+
+Fp8Training* fp8_training() {
+  return t_fp8;
+}
+
+Fp8Training* exchange_fp8_training(Fp8Training* training) {
+  return std::exchange(t_fp8, training);
+}
+
+Fp8Scope::Fp8Scope(Fp8Training* training) : previous_(t_fp8) {
+  t_fp8 = training;
+}
+
+Fp8Scope::~Fp8Scope() {
+  t_fp8 = previous_;
 }
 
 }  // namespace braid::amp

@@ -104,7 +104,7 @@ void add_config_command(CLI::App& app) {
       "default", "Write a basic configuration for this machine (never overwrites a file)");
   def->add_option("--config_file,--config-file", *file, kFileHelp);
   def->add_option("--mixed_precision,--mixed-precision", *precision, "Mixed precision")
-      ->check(CLI::IsMember({"no", "fp16", "bf16"}))
+      ->check(CLI::IsMember({"no", "fp16", "bf16", "fp8"}))
       ->capture_default_str();
   def->callback([file, precision] { run_default(*file, *precision); });
 

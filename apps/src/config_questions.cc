@@ -341,11 +341,10 @@ accel::AcceleratorConfig ask_config_questions(std::istream& in, std::ostream& ou
         "all");
   }
   if (!ds_json) {
-    // fp8 is not offered: braid refuses it (docs/config.md, "What each key does").
     const amp::PrecisionType precisions[] = {amp::PrecisionType::kNo, amp::PrecisionType::kFp16,
-                                             amp::PrecisionType::kBf16};
+                                             amp::PrecisionType::kBf16, amp::PrecisionType::kFp8};
     c.mixed_precision = precisions[ask.choice("Do you wish to use FP16 or BF16 (mixed precision)?",
-                                              {"no", "fp16", "bf16"})];
+                                              {"no", "fp16", "bf16", "fp8"})];
   }
   accel::validate_config(c);
   return c;

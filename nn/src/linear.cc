@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "braid/amp/autocast.h"
+#include "braid/amp/fp8.h"
 #include "braid/nn/layers.h"
 #include "layer_util.h"
 
@@ -18,7 +19,18 @@ struct LinearCtx {
   Shape in_shape;  // the input's shape
   DType in_dtype;  // the input's dtype (dx is returned in it)
   DType compute;   // the matmul dtype chosen in forward
+  // fp8 training (amp::Fp8Training): the layer's scalings and which GEMMs keep full precision;
+  // null otherwise. Kept here, not read from the thread, as backward may run outside the scope.
+  amp::Fp8Training::LinearScaling* fp8 = nullptr;
+  amp::Fp8TrainingOptions fp8_options{};
 };
+
+// An fp8 operand as the GEMM sees it: quantized with the scaling's current (delayed) scale,
+// recording its amax, and widened to f32. The f32 GEMM of these values is the fp8 GEMM's
+// result up to the order of accumulation (docs/mixed-precision.md, "fp8 training").
+Tensor fp8_operand(amp::DelayedScaling& scaling, const Tensor& t) {
+  return amp::dequantize_fp8(scaling.quantize(t), DType::kF32).contiguous();
+}
 
 // The weight (or bias) in the compute dtype, contiguous; cached by autocast when it applies.
 Tensor param_in(const Tensor& p, DType compute) {
@@ -56,9 +68,20 @@ Linear::Linear(int64_t in_features, int64_t out_features, Bias bias, WeightLayou
 Tensor Linear::forward_impl(const Tensor& x) {
   detail::check_float_input("Linear", "input", x);
   detail::check_last_dim("Linear", x, in_, "in_features");
-  const DType compute = amp::autocast_dtype(amp::OpCategory::kMatmul, x.dtype());
-  const Tensor xc = x.to(compute).contiguous();
-  const Tensor w = param_in(param("weight").data(), compute);
+  const DType out_dtype = amp::autocast_dtype(amp::OpCategory::kMatmul, x.dtype());
+  // fp8 training: the layer's scalings (null for a layer whose sizes fp8 GEMMs cannot take).
+  amp::Fp8Training* fp8 = amp::fp8_training();
+  amp::Fp8Training::LinearScaling* sc = fp8 != nullptr && detail::is_float_dtype(x.dtype()) &&
+                                                (is_training() || fp8->options().in_eval)
+                                            ? fp8->linear(this, in_, out_)
+                                            : nullptr;
+  const bool fp8_fprop = sc != nullptr && !fp8->options().keep_fprop;
+  // fp8: f32 products of the dequantized operands (kept GEMMs in f32 too), the output in the
+  // autocast dtype.
+  const DType compute = sc != nullptr ? DType::kF32 : out_dtype;
+  const Tensor xc = fp8_fprop ? fp8_operand(sc->input, x) : x.to(compute).contiguous();
+  const Tensor w = fp8_fprop ? fp8_operand(sc->weight, param("weight").data())
+                             : param_in(param("weight").data(), compute);
   const int64_t rows = detail::leading_rows(x);
   Shape out_shape = x.shape();
   out_shape.back() = out_;
@@ -87,8 +110,13 @@ Tensor Linear::forward_impl(const Tensor& x) {
     g.beta = 1.0;
   }
   if (rows > 0) k.gemm(s, g);
-  save_for_backward(LinearCtx{xc.view({rows, in_}), x.shape(), x.dtype(), compute});
-  return y;
+  LinearCtx ctx{xc.view({rows, in_}), x.shape(), x.dtype(), compute};
+  if (sc != nullptr) {
+    ctx.fp8 = sc;
+    ctx.fp8_options = fp8->options();
+  }
+  save_for_backward(std::move(ctx));
+  return y.dtype() == out_dtype ? y : y.to(out_dtype);
 }
 
 Tensor Linear::backward_impl(const Tensor& grad_output) {
@@ -98,8 +126,24 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
   detail::check_grad_shape("Linear", grad_output, out_shape);
   const DType compute = ctx.compute;
   const int64_t rows = ctx.x.size(0);
-  const Tensor dy = grad_output.to(compute).contiguous();
-  const Tensor w = param("weight").data().to(compute).contiguous();
+  const Tensor dy_full = grad_output.to(compute).contiguous();
+  // The operands of the two GEMMs: dgrad (dy, W) and wgrad (dy, x), each quantized to fp8
+  // unless override_linear_precision keeps it (fp8 training), else as they are.
+  Tensor dy = dy_full, w, dy_w = dy_full, x_w = ctx.x;
+  if (ctx.fp8 != nullptr) {
+    const bool dgrad8 = !ctx.fp8_options.keep_dgrad, wgrad8 = !ctx.fp8_options.keep_wgrad;
+    const Tensor dy8 = dgrad8 || wgrad8 ? fp8_operand(ctx.fp8->grad_output, grad_output) : Tensor();
+    if (dgrad8) dy = dy8;
+    w = dgrad8 ? fp8_operand(ctx.fp8->weight, param("weight").data())
+               : param("weight").data().to(compute).contiguous();
+    if (wgrad8) {
+      dy_w = dy8;
+      // The saved input is quantized already when the forward GEMM ran in fp8.
+      if (ctx.fp8_options.keep_fprop) x_w = fp8_operand(ctx.fp8->input, ctx.x);
+    }
+  } else {
+    w = param("weight").data().to(compute).contiguous();
+  }
   const DType acc = detail::grad_accum_dtype(compute);
 
   // dx = dy W (kOutIn) or dy W^T (kInOut).
@@ -139,16 +183,16 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
       if (layout_ == WeightLayout::kOutIn) {
         g.m = out_;
         g.n = in_;
-        g.a = dy.data_ptr();
+        g.a = dy_w.data_ptr();
         g.lda = out_;
-        g.b = ctx.x.data_ptr();
+        g.b = x_w.data_ptr();
         g.ldb = in_;
       } else {
         g.m = in_;
         g.n = out_;
-        g.a = ctx.x.data_ptr();
+        g.a = x_w.data_ptr();
         g.lda = in_;
-        g.b = dy.data_ptr();
+        g.b = dy_w.data_ptr();
         g.ldb = out_;
       }
       g.c = dw.data_ptr();
@@ -164,7 +208,9 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
     Tensor db = Tensor::zeros({out_}, acc, dev);
     if (rows > 0) {
       detail::require_kernel("Linear", k, dev, kc::Op::kReduce, compute);
-      k.reduce(s, kc::ReduceOp::kSum, compute, 1, rows, out_, dy.data_ptr(), acc, db.data_ptr());
+      // The bias gradient is a sum, not a GEMM: from the unquantized dy (as Transformer Engine).
+      k.reduce(s, kc::ReduceOp::kSum, compute, 1, rows, out_, dy_full.data_ptr(), acc,
+               db.data_ptr());
     }
     accumulate_grad(param("bias"), db);
   }

@@ -425,8 +425,9 @@ TEST(AcceleratorSettings, SettingsBraidCannotHonourAreRefused) {
                 ::testing::ThrowsMessage<Error>(HasSubstr(text)));
   };
   AcceleratorConfig c;
-  c.mixed_precision = amp::PrecisionType::kFp8;
-  refused(c, "mixed_precision fp8");
+  c.mixed_precision = amp::PrecisionType::kBf16;
+  c.fp8_config = {{"margin", "0"}};
+  refused(c, "fp8_config applies to mixed_precision fp8");
   c = {};
   c.downcast_bf16 = true;
   refused(c, "downcast_bf16");

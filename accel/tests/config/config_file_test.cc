@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "braid/accel/config.h"
@@ -154,21 +155,45 @@ TEST(ConfigFile, AccelerateFp8AndMultiCpuFiles) {
   EXPECT_EQ(fp8.fp8_config.at("backend"), "TE");
   EXPECT_EQ(fp8.fp8_config.at("amax_history_len"), "1024");
   EXPECT_EQ(fp8.fp8_config.at("override_linear_precision"), "(false, false, false)");
-  // Read, but a job cannot run as fp8: refused rather than trained as bf16.
-  try {
-    validate_config(fp8);
-    ADD_FAILURE() << "fp8 should be refused";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kNotSupported);
-    EXPECT_NE(e.message().find("mixed_precision fp8"), std::string::npos) << e.message();
+  // fp8_config becomes the TE recipe braid trains with.
+  EXPECT_NO_THROW(validate_config(fp8));
+  amp::Fp8TrainingOptions o = fp8_training_options(fp8);
+  EXPECT_EQ(o.recipe.fp8_format, amp::Fp8Format::kE4M3);
+  EXPECT_EQ(o.recipe.amax_history_len, 1024);
+  EXPECT_EQ(o.recipe.amax_compute_algo, amp::AmaxComputeAlgo::kMax);
+  EXPECT_EQ(o.recipe.margin, 0);
+  EXPECT_EQ(o.recipe.interval, 1);
+  EXPECT_FALSE(o.keep_fprop || o.keep_dgrad || o.keep_wgrad || o.in_eval);
+  fp8.fp8_config["override_linear_precision"] = "(False, true, false)";
+  fp8.fp8_config["fp8_format"] = "HYBRID";
+  fp8.fp8_config["margin"] = "2";
+  o = fp8_training_options(fp8);
+  EXPECT_TRUE(!o.keep_fprop && o.keep_dgrad && !o.keep_wgrad);
+  EXPECT_EQ(o.recipe.fp8_format, amp::Fp8Format::kHybrid);
+  EXPECT_EQ(o.recipe.margin, 2);
+  // Bad values and other backends name the key.
+  for (auto [key, value, text] :
+       {std::tuple<std::string, std::string, std::string>{"margin", "-1", "fp8_config.margin"},
+        {"override_linear_precision", "(true, false)", "three booleans"},
+        {"backend", "MSAMP", "MS-AMP and torchao are not built"},
+        {"opt_level", "O2", "fp8_config.opt_level: not a setting"}}) {
+    AcceleratorConfig bad = fp8;
+    bad.fp8_config[key] = value;
+    try {
+      validate_config(bad);
+      ADD_FAILURE() << key << " " << value;
+    } catch (const Error& e) {
+      EXPECT_NE(e.message().find(text), std::string::npos) << e.message();
+    }
   }
+  // Without mixed_precision fp8 the section would do nothing: refused.
   fp8.mixed_precision = amp::PrecisionType::kBf16;
   fp8.distributed_type = DistributedType::kMultiCpu;
   try {
     validate_config(fp8);
     ADD_FAILURE() << "fp8_config without fp8 should be refused";
   } catch (const Error& e) {
-    EXPECT_NE(e.message().find("fp8_config."), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("applies to mixed_precision fp8"), std::string::npos) << e.message();
   }
 
   // accelerate launch's mpirun with a hostfile: braid launch does not read hostfiles, so the

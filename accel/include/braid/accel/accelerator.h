@@ -46,6 +46,7 @@
 #include "braid/accel/progress.h"
 #include "braid/accel/trackers.h"
 #include "braid/amp/autocast.h"
+#include "braid/amp/fp8.h"
 #include "braid/amp/grad_scaler.h"
 #include "braid/comm/process_group.h"
 #include "braid/nn/data.h"
@@ -162,7 +163,9 @@ class Accelerator {
 
   // ---- a training step ----
   // The autocast scope of mixed_precision (bf16 / fp16; "no": none) with the config's
-  // AutocastKwargs (Accelerator.autocast).
+  // AutocastKwargs (Accelerator.autocast). fp8: bf16 autocast with every Linear whose sizes are
+  // multiples of 16 running its GEMMs on fp8 operands under fp8_config's delayed-scaling
+  // recipe (Transformer Engine's; the scales are updated at each step, the same on every rank).
   amp::AutocastScope autocast() const;
 
   // Accelerator.accumulate: one micro-batch. sync_gradients() is true when this micro-batch
@@ -347,6 +350,8 @@ class Accelerator {
   nn::Optimizer* optimizer_ = nullptr;
   nn::LRScheduler* scheduler_ = nullptr;
   std::unique_ptr<amp::GradScaler> scaler_;
+  // mixed_precision fp8: the delayed scalings of every Linear, updated at each step.
+  std::unique_ptr<amp::Fp8Training> fp8_;
   // The loaders prepare_data_loader made, in order: where each stands (the loader's own count,
   // shared with the loaders skip_first_batches derives from it) for save_state's
   // dataloader_<i>.json.

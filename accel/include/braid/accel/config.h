@@ -30,6 +30,7 @@
 
 #include "braid/accel/plugins.h"
 #include "braid/amp/autocast.h"
+#include "braid/amp/fp8.h"
 #include "braid/amp/grad_scaler.h"
 #include "braid/amp/precision.h"
 #include "braid/nn/data.h"
@@ -74,8 +75,8 @@ struct AcceleratorConfig {
   std::optional<DeepSpeedPlugin> deepspeed_plugin{};
   std::optional<MegatronLMPlugin> megatron_lm_plugin{};
   std::optional<ParallelismConfig> parallelism_config{};
-  // fp8_config: Accelerate's FP8 recipe keys, kept as text (amp/fp8.h takes its settings from
-  // code; nothing here is interpreted yet).
+  // fp8_config: Accelerate's FP8 recipe keys (Transformer Engine's), as text; read by
+  // fp8_training_options() with mixed_precision fp8.
   std::map<std::string, std::string> fp8_config{};
 
   nn::DataLoaderConfiguration dataloader_config{};
@@ -247,6 +248,13 @@ struct ShardingPlan {
 // pipeline parallelism; kInvalidArgument for contradictions (a shard size that does not divide
 // the processes, degrees whose product does not divide them, two different tp degrees, ...).
 ShardingPlan sharding_plan(const AcceleratorConfig& config);
+
+// mixed_precision fp8's settings from fp8_config (Accelerate's FP8RecipeKwargs with backend TE;
+// docs/config.md, "fp8_config"): backend (TE), fp8_format (E4M3, HYBRID), amax_history_len,
+// amax_compute_algo (max, most_recent), margin, interval, override_linear_precision
+// ("(fprop, dgrad, wgrad)" booleans), use_autocast_during_eval. kInvalidArgument naming the
+// key for a bad value; kNotSupported for the MS-AMP and torchao backends (opt_level, ...).
+amp::Fp8TrainingOptions fp8_training_options(const AcceleratorConfig& config);
 
 // ---- the program's own keys --------------------------------------------------------------
 

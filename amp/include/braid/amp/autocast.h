@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include "braid/amp/precision.h"
@@ -38,10 +39,15 @@ struct AutocastKwargs {
   std::optional<bool> cache_enabled;  // null: true, as torch's default
 };
 
+class Fp8Training;  // fp8.h
+
 class AutocastScope {
  public:
   // dtype: f16 or bf16 (others throw kInvalidArgument).
   explicit AutocastScope(DType dtype, AutocastKwargs kwargs = {});
+  // The same, with `fp8` the thread's fp8 training state for the scope (fp8.h's Fp8Scope):
+  // mixed_precision fp8 is bf16 autocast with Linear's GEMMs in fp8.
+  AutocastScope(DType dtype, AutocastKwargs kwargs, Fp8Training* fp8);
   ~AutocastScope();
   AutocastScope(const AutocastScope&) = delete;
   AutocastScope& operator=(const AutocastScope&) = delete;
@@ -54,6 +60,8 @@ class AutocastScope {
   struct NoopTag {};
   explicit AutocastScope(NoopTag) : active_(false) {}
   bool active_ = true;
+  bool fp8_set_ = false;  // this scope set the thread's fp8 training state
+  Fp8Training* prev_fp8_ = nullptr;
   bool prev_enabled_ = false;
   DType prev_dtype_ = DType::kF32;
   bool prev_cache_ = false;

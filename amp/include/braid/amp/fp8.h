@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/core/dtype.h"
@@ -79,6 +80,10 @@ class DelayedScaling {
   // Quantizes with the current scale and records amax(|x|) into this step's history slot
   // (the max over several calls in one step).
   Fp8Tensor quantize(const Tensor& x);
+  // This step's amax so far (history[0]), and setting it (Fp8Training reduces the amaxes of
+  // every scaling across ranks in one all_reduce, then updates each without a group).
+  float step_amax() const { return history_[0]; }
+  void set_step_amax(float amax) { history_[0] = amax; }
   // Ends a step: (every `interval`-th call) amax = max(history) or history[0]; when group is
   // given, amax is all_reduce(max)-ed over it first, so every rank keeps the same scale;
   // scale = (fp8_max / amax) / 2^margin, kept unchanged when amax is 0 or not finite; then
@@ -91,6 +96,69 @@ class DelayedScaling {
   float scale_ = 1.0f;
   int64_t updates_ = 0;
   std::vector<float> history_;
+};
+
+// ---- fp8 training (mixed_precision fp8; docs/mixed-precision.md, "fp8 training") -----------
+
+// What Accelerate's fp8_config says for Transformer Engine: the recipe, and which of a
+// Linear's three GEMMs stay in the compute dtype (override_linear_precision: fprop, dgrad,
+// wgrad; TE's).
+struct Fp8TrainingOptions {
+  Fp8RecipeKwargs recipe{};
+  bool keep_fprop = false;  // true: the forward GEMM in the compute dtype
+  bool keep_dgrad = false;  // the input-gradient GEMM
+  bool keep_wgrad = false;  // the weight-gradient GEMM
+  // use_autocast_during_eval: layers in eval mode (Module::eval) use fp8 too; false
+  // (Accelerate's default): they run in the compute dtype and record no amax.
+  bool in_eval = false;
+};
+
+// The delayed-scaling state of every Linear trained in fp8 by one model: per layer, the input
+// and weight scalings (e4m3) and the output gradient's (e5m2 under HYBRID, else e4m3). A layer
+// joins on its first forward under the scope (fp8_training()); the order of first use (the
+// same on every data-parallel rank) is the order of the amaxes update() reduces.
+class Fp8Training {
+ public:
+  explicit Fp8Training(Fp8TrainingOptions options = {});
+  struct LinearScaling {
+    DelayedScaling input, weight, grad_output;
+  };
+  // The layer's scalings, or null when in_features or out_features is not a multiple of 16:
+  // fp8 GEMMs need it (Transformer Engine), and Accelerate's conversion leaves such layers in
+  // the compute dtype, as braid does.
+  LinearScaling* linear(const void* layer, int64_t in_features, int64_t out_features);
+  const Fp8TrainingOptions& options() const { return options_; }
+  size_t num_layers() const { return order_.size(); }
+  // Ends an optimizer step: every scaling's step amax, all_reduce(max)-ed over `group` in one
+  // call (a NaN / Inf amax travels as +Inf and keeps that scale), then each scaling's update:
+  // all ranks quantize with the same scales, and since a maximum does not depend on how the
+  // micro-batches were split, the scales are the same for any world size.
+  void update(ProcessGroup* group = nullptr);
+
+ private:
+  Fp8TrainingOptions options_;
+  std::vector<std::pair<const void*, std::unique_ptr<LinearScaling>>> order_;
+};
+
+// The Fp8Training of this thread's innermost Fp8Scope; null outside one (Linear runs in the
+// autocast dtype then).
+Fp8Training* fp8_training();
+
+// Sets the thread's fp8 training state and returns the previous one (Fp8Scope and
+// AutocastScope restore it).
+Fp8Training* exchange_fp8_training(Fp8Training* training);
+
+// Makes `training` the thread's fp8 state for the scope (null: none), restoring the previous
+// one at exit. The Accelerator opens one inside autocast() with mixed_precision fp8.
+class Fp8Scope {
+ public:
+  explicit Fp8Scope(Fp8Training* training);
+  ~Fp8Scope();
+  Fp8Scope(const Fp8Scope&) = delete;
+  Fp8Scope& operator=(const Fp8Scope&) = delete;
+
+ private:
+  Fp8Training* previous_;
 };
 
 }  // namespace braid::amp
