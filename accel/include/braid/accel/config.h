@@ -50,13 +50,13 @@ struct AcceleratorConfig {
   int64_t machine_rank = 0;
   std::string main_process_ip{};               // empty: unset (braid launch: 127.0.0.1)
   std::optional<int64_t> main_process_port{};  // unset: braid launch picks a free port
-  std::string rdzv_backend = "static";         // accepted; braid launch has its own store
-  bool same_network = true;                    // accepted; no effect
+  std::string rdzv_backend = "static";         // static or c10d (braid launch's store)
+  bool same_network = true;                    // both values rendezvous alike
   bool use_cpu = false;
-  std::string gpu_ids{};                              // empty: unset; "all" or "0,1,..."
-  bool downcast_bf16 = false;                         // XLA only: accepted, no effect
+  std::string gpu_ids{};                              // braid launch: CUDA_VISIBLE_DEVICES
+  bool downcast_bf16 = false;                         // XLA only: true is refused
   bool debug = false;                                 // BRAID_DEBUG_MODE's cross-rank checks
-  bool enable_cpu_affinity = false;                   // recorded; braid does not pin processes yet
+  bool enable_cpu_affinity = false;                   // set_numa_affinity at construction
   DynamoBackend dynamo_backend = DynamoBackend::kNo;  // anything else: kNotSupported
 
   // Gradient accumulation: the steps, or the plugin; not both (validate_config).

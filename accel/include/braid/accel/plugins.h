@@ -199,7 +199,7 @@ struct FullyShardedDataParallelPlugin {
   bool limit_all_gathers = true;
   std::optional<bool> forward_prefetch{};    // unset: braid's default (on)
   std::optional<bool> sync_module_states{};  // unset: braid's default (on)
-  bool use_orig_params = true;               // accepted; no effect (docs/config.md)
+  bool use_orig_params = true;               // false is refused (docs/config.md)
   bool activation_checkpointing = false;
   bool cpu_ram_efficient_loading = false;
   // braid: the shard group size of HYBRID_SHARD / HYBRID_SHARD_ZERO2 (0: the processes of one
@@ -222,13 +222,13 @@ struct DeepSpeedPlugin {
   std::filesystem::path offload_param_nvme_path{};
   bool zero3_init_flag = false;
   bool zero3_save_16bit_model = false;
-  std::vector<std::string> transformer_moe_cls_names{};  // accepted; no MoE support yet
+  std::vector<std::string> transformer_moe_cls_names{};  // must be empty: no MoE support
   int64_t mics_shard_size = 0;  // DeepSpeed MiCS: shard group size (0: every rank)
 };
 
 // The seed's MegatronLMPlugin (YAML: megatron_lm_config.megatron_lm_*): the fields
-// `accelerate config` writes. braid maps its data-parallel part (distributed optimizer,
-// recomputation, clipping); tensor and pipeline degrees above 1 are not mapped yet.
+// `accelerate config` writes: the data-parallel part (distributed optimizer, recomputation,
+// clipping) under MEGATRON_LM, the tensor and pipeline degrees under any distributed_type.
 struct MegatronLMPlugin {
   int64_t tp_degree = 1;
   int64_t pp_degree = 1;
