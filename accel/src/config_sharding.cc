@@ -2,13 +2,13 @@
 // around ShardedModel (docs/config.md, "Mapping to braid's sharding"); validate_config: the
 // checks across keys. Both are pure: no files, no environment.
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <string>
 #include <vector>
 
 #include "braid/accel/config.h"
 #include "braid/core/error.h"
+#include "config_keys.h"
 
 namespace braid::accel {
 namespace {
@@ -320,29 +320,25 @@ ShardingPlan sharding_plan(const AcceleratorConfig& config) {
 
 amp::Fp8TrainingOptions fp8_training_options(const AcceleratorConfig& config) {
   amp::Fp8TrainingOptions o;
-  for (const auto& [key, raw] : config.fp8_config) {
-    const std::string v = raw;
+  for (const auto& [key, v] : config.fp8_config) {
+    // The key table's value parsers (config_keys.h), with the key in the message.
     auto integer = [&](int64_t lo) {
       try {
-        size_t used = 0;
-        const long long n = std::stoll(v, &used);
-        if (used == v.size() && n >= lo && n <= INT32_MAX) return static_cast<int>(n);
-      } catch (const std::exception&) {
+        const int64_t n = detail::parse_int_value(v);
+        if (n >= lo && n <= INT32_MAX) return static_cast<int>(n);
+      } catch (const detail::ValueError&) {
       }
       BRAID_FAIL(kInvalidArgument, "fp8_config.", key, " = '", v, "': expected an integer >= ", lo);
     };
-    auto boolean = [&](std::string t) {
-      t.erase(0, t.find_first_not_of(" "));
-      t.erase(t.find_last_not_of(" ") + 1);
-      for (char& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      if (t == "true" || t == "1" || t == "yes") return true;
-      if (t == "false" || t == "0" || t == "no") return false;
-      BRAID_FAIL(kInvalidArgument, "fp8_config.", key, " = '", v, "': expected true or false");
+    auto boolean = [&](std::string_view text) {
+      try {
+        return detail::parse_bool_value(text);
+      } catch (const detail::ValueError&) {
+        BRAID_FAIL(kInvalidArgument, "fp8_config.", key, " = '", v, "': expected true or false");
+      }
     };
     if (key == "backend") {
-      std::string b = v;
-      for (char& ch : b) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-      BRAID_CHECK(b == "TE", kNotSupported, "fp8_config.backend ", v,
+      BRAID_CHECK(detail::lower(detail::trim(v)) == "te", kNotSupported, "fp8_config.backend ", v,
                   ": braid trains fp8 with Transformer Engine's delayed-scaling recipe (TE); "
                   "MS-AMP and torchao are not built");
     } else if (key == "fp8_format") {
@@ -357,18 +353,13 @@ amp::Fp8TrainingOptions fp8_training_options(const AcceleratorConfig& config) {
       o.recipe.interval = integer(1);
     } else if (key == "override_linear_precision") {
       // "(fprop, dgrad, wgrad)", as Accelerate writes the tuple.
-      std::string t = v;
+      const std::string t = detail::trim(v);
       BRAID_CHECK(t.size() >= 2 && t.front() == '(' && t.back() == ')', kInvalidArgument,
                   "fp8_config.override_linear_precision = '", v,
                   "': expected (fprop, dgrad, wgrad), e.g. (false, false, false)");
-      t = t.substr(1, t.size() - 2);
       std::vector<bool> flags;
-      size_t start = 0;
-      while (start <= t.size()) {
-        const size_t comma = t.find(',', start);
-        flags.push_back(boolean(t.substr(start, comma - start)));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
+      for (const std::string& item : detail::split_list(t.substr(1, t.size() - 2))) {
+        flags.push_back(boolean(item));
       }
       BRAID_CHECK(flags.size() == 3, kInvalidArgument, "fp8_config.override_linear_precision = '",
                   v, "': expected three booleans (fprop, dgrad, wgrad)");

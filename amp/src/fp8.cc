@@ -159,15 +159,15 @@ Fp8Training::Fp8Training(Fp8TrainingOptions options) : options_(options) {
 Fp8Training::LinearScaling* Fp8Training::linear(const void* layer, int64_t in_features,
                                                 int64_t out_features) {
   if (in_features % 16 != 0 || out_features % 16 != 0) return nullptr;
-  for (auto& [key, scaling] : order_) {
-    if (key == layer) return scaling.get();
-  }
+  if (auto it = by_layer_.find(layer); it != by_layer_.end()) return it->second;
   const DType grad = fp8_dtype(options_.recipe.fp8_format, Fp8Role::kGradient);
   auto scaling = std::make_unique<LinearScaling>(LinearScaling{
       DelayedScaling(options_.recipe, DType::kF8E4M3),
       DelayedScaling(options_.recipe, DType::kF8E4M3), DelayedScaling(options_.recipe, grad)});
+  LinearScaling* out = scaling.get();
   order_.emplace_back(layer, std::move(scaling));
-  return order_.back().second.get();
+  by_layer_.emplace(layer, out);
+  return out;
 }
 
 void Fp8Training::update(ProcessGroup* group) {
@@ -206,12 +206,10 @@ Fp8Training* exchange_fp8_training(Fp8Training* training) {
   return std::exchange(t_fp8, training);
 }
 
-Fp8Scope::Fp8Scope(Fp8Training* training) : previous_(t_fp8) {
-  t_fp8 = training;
-}
+Fp8Scope::Fp8Scope(Fp8Training* training) : previous_(exchange_fp8_training(training)) {}
 
 Fp8Scope::~Fp8Scope() {
-  t_fp8 = previous_;
+  exchange_fp8_training(previous_);
 }
 
 }  // namespace braid::amp

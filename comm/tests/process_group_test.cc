@@ -827,19 +827,7 @@ TEST(ProcessGroupShmForked, DebugModeReportsAcrossProcesses) {
 // A plain process (no launcher variables at all) is a one-rank world with its own store, as
 // torch's init_process_group(world_size=1) and Accelerate's Accelerator() are.
 TEST(ProcessGroupPlainProcess, CreateWithoutALauncherIsAOneRankWorld) {
-  PatchEnvironment env(EnvPatch{{"MASTER_PORT", std::nullopt},
-                                {"MASTER_ADDR", std::nullopt},
-                                {"RANK", std::nullopt},
-                                {"WORLD_SIZE", std::nullopt},
-                                {"LOCAL_RANK", std::nullopt},
-                                {"LOCAL_WORLD_SIZE", std::nullopt},
-                                {"BRAID_STORE_TOKEN", std::nullopt},
-                                {"OMPI_COMM_WORLD_RANK", std::nullopt},
-                                {"OMPI_COMM_WORLD_SIZE", std::nullopt},
-                                {"PMI_RANK", std::nullopt},
-                                {"PMI_SIZE", std::nullopt},
-                                {"SLURM_PROCID", std::nullopt},
-                                {"BRAID_BACKEND", std::nullopt}});
+  ClearEnvironment env;  // no launcher variables at all
   auto pg = ProcessGroup::create({});
   EXPECT_EQ(pg->rank(), 0);
   EXPECT_EQ(pg->size(), 1);

@@ -129,21 +129,18 @@ Tensor Linear::backward_impl(const Tensor& grad_output) {
   const Tensor dy_full = grad_output.to(compute).contiguous();
   // The operands of the two GEMMs: dgrad (dy, W) and wgrad (dy, x), each quantized to fp8
   // unless override_linear_precision keeps it (fp8 training), else as they are.
-  Tensor dy = dy_full, w, dy_w = dy_full, x_w = ctx.x;
-  if (ctx.fp8 != nullptr) {
-    const bool dgrad8 = !ctx.fp8_options.keep_dgrad, wgrad8 = !ctx.fp8_options.keep_wgrad;
-    const Tensor dy8 = dgrad8 || wgrad8 ? fp8_operand(ctx.fp8->grad_output, grad_output) : Tensor();
+  Tensor dy = dy_full, dy_w = dy_full, x_w = ctx.x;
+  const bool dgrad8 = ctx.fp8 != nullptr && !ctx.fp8_options.keep_dgrad;
+  const bool wgrad8 = ctx.fp8 != nullptr && !ctx.fp8_options.keep_wgrad;
+  if (dgrad8 || wgrad8) {
+    const Tensor dy8 = fp8_operand(ctx.fp8->grad_output, grad_output);
     if (dgrad8) dy = dy8;
-    w = dgrad8 ? fp8_operand(ctx.fp8->weight, param("weight").data())
-               : param("weight").data().to(compute).contiguous();
-    if (wgrad8) {
-      dy_w = dy8;
-      // The saved input is quantized already when the forward GEMM ran in fp8.
-      if (ctx.fp8_options.keep_fprop) x_w = fp8_operand(ctx.fp8->input, ctx.x);
-    }
-  } else {
-    w = param("weight").data().to(compute).contiguous();
+    if (wgrad8) dy_w = dy8;
   }
+  // The saved input is quantized already when the forward GEMM ran in fp8.
+  if (wgrad8 && ctx.fp8_options.keep_fprop) x_w = fp8_operand(ctx.fp8->input, ctx.x);
+  const Tensor w = dgrad8 ? fp8_operand(ctx.fp8->weight, param("weight").data())
+                          : param("weight").data().to(compute).contiguous();
   const DType acc = detail::grad_accum_dtype(compute);
 
   // dx = dy W (kOutIn) or dy W^T (kInOut).

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../config/config_test_util.h"
 #include "braid/accel/env_utils.h"
 #include "braid/comm/store.h"
 #include "braid/core/environment.h"
@@ -203,20 +204,6 @@ TEST(Accelerator, ModelParallelBadUseIsAnError) {
 
 // ---- every accepted setting acts (docs/config.md, "What each key does") --------------------
 
-// A scratch folder for one test, removed at the end.
-struct Scratch {
-  std::filesystem::path path;
-  explicit Scratch(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("braid_acc_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 // One synced step of sum(model(x)) with SGD(lr 1); returns how far the weights moved (2-norm).
 double step_distance(Accelerator& acc, shard::ShardedModel& model, nn::Optimizer& opt) {
   const Tensor before = model.full_state_dict()[0].second.clone();
@@ -259,15 +246,15 @@ TEST(AcceleratorSettings, GradientClippingFromTheConfigClipsEveryStep) {
 // it, braid writes the f32 masters (Accelerate would refuse at stage 3; braid can gather them).
 TEST(AcceleratorSettings, Zero3Save16BitModelWritesTheComputeDtype) {
   for (bool sixteen : {false, true}) {
-    Scratch dir(sixteen ? "s16" : "s32");
+    testing::TempDir dir;
     AcceleratorConfig cfg;
     cfg.distributed_type = DistributedType::kDeepSpeed;
     cfg.mixed_precision = amp::PrecisionType::kBf16;
     cfg.deepspeed_plugin = DeepSpeedPlugin{.zero_stage = 3, .zero3_save_16bit_model = sixteen};
     Accelerator acc(cfg, one_rank());
     auto model = acc.prepare_model(tiny_model());
-    acc.save_model(*model, dir.path);
-    const NamedTensors saved = load_safetensors(dir.path / "model.safetensors");
+    acc.save_model(*model, dir.path());
+    const NamedTensors saved = load_safetensors(dir.path() / "model.safetensors");
     ASSERT_FALSE(saved.empty());
     for (auto& [name, t] : saved) {
       EXPECT_EQ(t.dtype(), sixteen ? DType::kBF16 : DType::kF32) << name;
@@ -288,7 +275,7 @@ TEST(AcceleratorSettings, StateDictTypeDecidesWhetherSaveStateWritesTheWholeMode
                         Case{DistributedType::kFsdp, FsdpStateDictType::kShardedStateDict, false},
                         Case{DistributedType::kNo, std::nullopt, true},
                         Case{DistributedType::kDeepSpeed, std::nullopt, false}}) {
-    Scratch dir("sdt");
+    testing::TempDir dir;
     AcceleratorConfig cfg;
     cfg.distributed_type = c.type;
     if (c.type == DistributedType::kFsdp) {
@@ -300,38 +287,38 @@ TEST(AcceleratorSettings, StateDictTypeDecidesWhetherSaveStateWritesTheWholeMode
     auto model = acc.prepare_model(tiny_model());
     nn::AdamW opt(model->optimizer_parameters(), {});
     acc.prepare_optimizer(opt);
-    acc.save_state(dir.path);
-    EXPECT_TRUE(std::filesystem::is_directory(dir.path / "model"));
-    EXPECT_EQ(std::filesystem::exists(dir.path / "model.safetensors"), c.whole)
+    acc.save_state(dir.path());
+    EXPECT_TRUE(std::filesystem::is_directory(dir.path() / "model"));
+    EXPECT_EQ(std::filesystem::exists(dir.path() / "model.safetensors"), c.whole)
         << distributed_type_name(c.type);
     if (c.whole) {
-      const NamedTensors whole = load_safetensors(dir.path / "model.safetensors");
+      const NamedTensors whole = load_safetensors(dir.path() / "model.safetensors");
       const NamedTensors mine = acc.get_state_dict(*model);
       ASSERT_EQ(whole.size(), mine.size());
     }
-    acc.load_state(dir.path);  // the sharded checkpoint resumes either way
+    acc.load_state(dir.path());  // the sharded checkpoint resumes either way
   }
 }
 
 // total_limit: automatic naming keeps the newest checkpoints only.
 TEST(AcceleratorSettings, TotalLimitKeepsTheNewestCheckpoints) {
-  Scratch dir("limit");
+  testing::TempDir dir;
   AcceleratorConfig cfg;
-  cfg.project_config.project_dir = dir.path;
+  cfg.project_config.project_dir = dir.path();
   cfg.project_config.automatic_checkpoint_naming = true;
   cfg.project_config.total_limit = 2;
   Accelerator acc(cfg, one_rank());
   acc.prepare_model(tiny_model());
   for (int i = 0; i < 4; ++i) {
-    EXPECT_EQ(acc.save_state(), dir.path / "checkpoints" / ("checkpoint_" + std::to_string(i)));
+    EXPECT_EQ(acc.save_state(), dir.path() / "checkpoints" / ("checkpoint_" + std::to_string(i)));
   }
   std::set<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path / "checkpoints")) {
+  for (const auto& e : std::filesystem::directory_iterator(dir.path() / "checkpoints")) {
     left.insert(e.path().filename().string());
   }
   EXPECT_EQ(left, (std::set<std::string>{"checkpoint_2", "checkpoint_3"}));
   acc.load_state();  // the latest
-  EXPECT_EQ(acc.save_state(), dir.path / "checkpoints" / "checkpoint_4");
+  EXPECT_EQ(acc.save_state(), dir.path() / "checkpoints" / "checkpoint_4");
 }
 
 // zero3_init_flag (stage 3): the model is built on the meta device in model_init_context, and
@@ -398,17 +385,7 @@ TEST(AcceleratorSettings, EnableCpuAffinityBindsTheProcess) {
 
 // A plain process (no launcher variables) is a one-process job, as Accelerate's Accelerator().
 TEST(AcceleratorSettings, APlainProcessIsAOneProcessJob) {
-  PatchEnvironment env(EnvPatch{{"MASTER_PORT", std::nullopt},
-                                {"MASTER_ADDR", std::nullopt},
-                                {"RANK", std::nullopt},
-                                {"WORLD_SIZE", std::nullopt},
-                                {"LOCAL_RANK", std::nullopt},
-                                {"LOCAL_WORLD_SIZE", std::nullopt},
-                                {"OMPI_COMM_WORLD_RANK", std::nullopt},
-                                {"OMPI_COMM_WORLD_SIZE", std::nullopt},
-                                {"PMI_RANK", std::nullopt},
-                                {"PMI_SIZE", std::nullopt},
-                                {"SLURM_PROCID", std::nullopt}});
+  ClearEnvironment env;  // no launcher variables at all
   Accelerator acc;
   EXPECT_EQ(acc.num_processes(), 1);
   EXPECT_EQ(acc.distributed_type(), DistributedType::kNo);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,7 @@ class Fp8Training {
  private:
   Fp8TrainingOptions options_;
   std::vector<std::pair<const void*, std::unique_ptr<LinearScaling>>> order_;
+  std::unordered_map<const void*, LinearScaling*> by_layer_;  // order_'s entries, by layer
 };
 
 // The Fp8Training of this thread's innermost Fp8Scope; null outside one (Linear runs in the
