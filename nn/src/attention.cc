@@ -65,6 +65,13 @@ void CausalSelfAttention::set_local_heads(int64_t first, int64_t count) {
   local_heads_ = count;
 }
 
+void CausalSelfAttention::keep_heads(int rank, int parts) {
+  BRAID_CHECK(parts >= 1 && rank >= 0 && rank < parts && n_head_ % parts == 0, kInvalidArgument,
+              "CausalSelfAttention::keep_heads: n_head = ", n_head_,
+              " must be a multiple of the tensor-parallel size ", parts, " (rank ", rank, ")");
+  set_local_heads(rank * (n_head_ / parts), n_head_ / parts);
+}
+
 // Note [Attention dropout under tensor parallelism]: the kernel keeps element (b, h, i, j)
 // when word ((b * heads + h) * T + i) * T + j after the call's offset is >= p. A rank holding
 // heads [first, first + n) of H runs the kernel per batch row b with n heads: when n T^2 is a

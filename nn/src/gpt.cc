@@ -125,7 +125,7 @@ void gpt_embed_backward(Embedding& wte, Embedding& wpe, Dropout& drop, const Ten
 
 // ---- GPT -----------------------------------------------------------------------------------
 
-GPT::GPT(const GPTConfig& cfg) : Layer("GPT2LMHeadModel"), cfg_(cfg) {
+GPT::GPT(const GPTConfig& cfg) : CausalLM("GPT2LMHeadModel"), cfg_(cfg) {
   cfg_.validate();
   transformer_ = register_module("transformer", std::make_shared<Module>("GPT2Model"));
   auto wte = transformer_->register_module(
@@ -152,6 +152,39 @@ GPT::GPT(const GPTConfig& cfg) : Layer("GPT2LMHeadModel"), cfg_(cfg) {
   lm_head->set_parameter("weight", wte->weight());
 }
 
+const ParallelPlan& GPT::parallel_plan() const {
+  using S = TensorParallelStyle;
+  static const ParallelPlan plan = [] {
+    ParallelPlan p;
+    p.tensor_parallel = {
+        {"transformer.h.*.attn.c_attn", S::kColumnwise, 3},  // this rank's heads of q, k and v
+        {"transformer.h.*.attn.c_proj", S::kRowwise},
+        {"transformer.h.*.attn", S::kHeads},
+        {"transformer.h.*.mlp.c_fc", S::kColumnwise},
+        {"transformer.h.*.mlp.c_proj", S::kRowwise},
+        {"transformer.wte", S::kVocabEmbedding},
+        {"lm_head", S::kVocabHead},
+    };
+    p.sequence_parallel = {
+        {"transformer.drop", S::kSequenceScatter},
+        {"transformer.h.*.ln_1", S::kSequenceNorm},
+        {"transformer.h.*.ln_2", S::kSequenceNorm},
+        {"transformer.h.*.attn.resid_dropout", S::kSequenceDropout},
+        {"transformer.h.*.mlp.dropout", S::kSequenceDropout},
+        {"transformer.ln_f", S::kSequenceNorm},
+    };
+    p.blocks = "transformer.h";
+    p.tied_embedding = "transformer.wte";
+    p.tied_head = "lm_head";
+    return p;
+  }();
+  return plan;
+}
+
+std::shared_ptr<CausalLMStage> GPT::make_stage(const StageSpec& spec) const {
+  return std::make_shared<GPTStage>(cfg_, spec);
+}
+
 Block& GPT::block(int64_t i) {
   BRAID_CHECK(i >= 0 && i < cfg_.n_layer, kOutOfRange, "GPT::block: index ", i,
               " is outside [0, n_layer ", cfg_.n_layer, ")");
@@ -159,7 +192,7 @@ Block& GPT::block(int64_t i) {
 }
 
 void GPT::init_weights_range(const Generator& gen, const std::string& name, int64_t offset,
-                             int64_t count, float* dst) {
+                             int64_t count, float* dst) const {
   const double std_proj =
       cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
   const auto ends_with = [](const std::string& s, std::string_view tail) {

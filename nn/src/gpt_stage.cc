@@ -20,8 +20,8 @@ T& sub(const Module& m, std::string_view name) {
 
 }  // namespace
 
-GPTStage::GPTStage(const GPTConfig& cfg, GPTStageSpec spec)
-    : Layer("GPTStage"), cfg_(cfg), spec_(spec) {
+GPTStage::GPTStage(const GPTConfig& cfg, StageSpec spec)
+    : CausalLMStage("GPTStage"), cfg_(cfg), spec_(spec) {
   cfg_.validate();
   BRAID_CHECK(
       spec.first_block >= 0 && spec.first_block <= spec.end_block && spec.end_block <= cfg.n_layer,

@@ -117,9 +117,9 @@ std::vector<int64_t> balance_stages(const std::vector<int64_t>& block_params, in
   return counts;
 }
 
-std::vector<nn::GPTStageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
-                                            const std::vector<int64_t>& blocks_per_stage,
-                                            PartitionMethod method) {
+std::vector<nn::StageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
+                                         const std::vector<int64_t>& blocks_per_stage,
+                                         PartitionMethod method) {
   cfg.validate();
   const int64_t S = num_stages, n = cfg.n_layer, d = cfg.n_embd;
   BRAID_CHECK(S >= 1, kInvalidArgument, "partition_gpt: num_stages = ", S, " must be >= 1");
@@ -139,7 +139,7 @@ std::vector<nn::GPTStageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t nu
                 " must be counts >= 0 summing to n_layer = ", n);
     check_non_empty(counts, first_extra, last_extra, "blocks_per_stage");
   }
-  std::vector<nn::GPTStageSpec> specs;
+  std::vector<nn::StageSpec> specs;
   int64_t first = 0;
   for (int64_t k = 0; k < S; ++k) {
     const int64_t end = first + counts[static_cast<size_t>(k)];

@@ -155,7 +155,7 @@ std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_pt
 std::shared_ptr<TensorParallelPlan> parallelize_gpt_stage(nn::GPTStage& stage,
                                                           std::shared_ptr<ProcessGroup> tp,
                                                           TensorParallelOptions options) {
-  const nn::GPTStageSpec& spec = stage.spec();
+  const nn::StageSpec& spec = stage.spec();
   bool parallel = false;
   for (auto& [name, m] : stage.named_modules()) {
     if (dynamic_cast<TensorParallelLayer*>(m) != nullptr) parallel = true;

@@ -68,9 +68,9 @@ TEST(GPTStage, ChainedStagesComputeGPTsBits) {
   auto gpt = whole_gpt();
   const nn::GPTConfig cfg = config();
   std::vector<std::shared_ptr<nn::GPTStage>> stages = {
-      std::make_shared<nn::GPTStage>(cfg, nn::GPTStageSpec{0, 2, true, false}),
-      std::make_shared<nn::GPTStage>(cfg, nn::GPTStageSpec{2, 3, false, false}),
-      std::make_shared<nn::GPTStage>(cfg, nn::GPTStageSpec{3, 4, false, true})};
+      std::make_shared<nn::GPTStage>(cfg, nn::StageSpec{0, 2, true, false}),
+      std::make_shared<nn::GPTStage>(cfg, nn::StageSpec{2, 3, false, false}),
+      std::make_shared<nn::GPTStage>(cfg, nn::StageSpec{3, 4, false, true})};
   const NamedTensors whole = gpt->state_dict();
   for (auto& st : stages) {
     NamedTensors part;
@@ -285,7 +285,7 @@ TEST(PipelineOneRank, RejectsWrongInput) {
   }
   EXPECT_THROW(pipe.step(x.narrow(0, 0, 1), y.narrow(0, 0, 1)), Error);  // 1 row into 2
   std::vector<std::shared_ptr<nn::Layer>> chunks = {
-      std::make_shared<nn::GPTStage>(config(), nn::GPTStageSpec{0, 4, true, true})};
+      std::make_shared<nn::GPTStage>(config(), nn::StageSpec{0, 4, true, true})};
   try {
     Pipeline(chunks, solo(), {.virtual_stages = 2});
     ADD_FAILURE() << "no error";

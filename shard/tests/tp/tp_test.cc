@@ -310,7 +310,7 @@ TEST(ParallelizeGptStage, MetaInitGivesTheSlicesOfAWholeInit) {
   on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
     nn::GPTConfig cfg = small_config();
     cfg.dtype = DType::kF32;
-    const nn::GPTStageSpec spec{.first_block = 1, .end_block = 2, .head = true};
+    const nn::StageSpec spec{.first_block = 1, .end_block = 2, .head = true};
     const Generator gen(5);
     nn::GPTStage whole(cfg, spec);
     whole.init_weights(gen);

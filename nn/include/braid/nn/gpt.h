@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "braid/core/rng.h"
+#include "braid/nn/causal_lm.h"
 #include "braid/nn/layers.h"
 #include "braid/nn/loss.h"
 #include "braid/nn/module.h"
@@ -62,7 +63,7 @@ struct GPTConfig {
 //
 // The sub-layers are looked up by name on every pass, so tensor parallelism
 // (shard::parallelize_gpt) can swap them for parallel ones with Module::replace_module.
-class CausalSelfAttention : public Layer {
+class CausalSelfAttention : public Layer, public AttentionHeads {
  public:
   explicit CausalSelfAttention(const GPTConfig& cfg);
 
@@ -71,6 +72,8 @@ class CausalSelfAttention : public Layer {
   // [B, T, count * head_dim]. count must divide n_head and first be a multiple of count.
   // Attention dropout then draws each head's mask at its global head index (docs/parallelism.md).
   void set_local_heads(int64_t first, int64_t count);
+  // AttentionHeads: heads [rank n_head / parts, (rank + 1) n_head / parts).
+  void keep_heads(int rank, int parts) override;
   int64_t first_head() const { return first_head_; }
   int64_t local_heads() const { return local_heads_; }
 
@@ -109,15 +112,24 @@ class Block : public Layer {
 // "GPT2LMHeadModel". backward(dlogits) fills every parameter's gradient and returns an
 // undefined Tensor. transformer.wte / .drop / .ln_f and lm_head are looked up by name on every
 // pass (tensor parallelism swaps them: shard/tensor_parallel.h).
-class GPT : public Layer {
+class GPT : public CausalLM {
  public:
   explicit GPT(const GPTConfig& cfg);
   const GPTConfig& config() const { return cfg_; }
+  int64_t vocab_size() const override { return cfg_.vocab_size; }
+  int64_t num_blocks() const override { return cfg_.n_layer; }
+  // Blocks at "transformer.h"; wte / lm_head tied; c_attn column-parallel in 3 blocks (q | k |
+  // v), c_proj / mlp.c_proj row-parallel, mlp.c_fc column-parallel, the attention by heads, wte
+  // vocab-parallel, lm_head over the padded vocabulary; sequence parallelism: ln_1 / ln_2 /
+  // ln_f, the residual dropouts, and transformer.drop where the sequence is split.
+  const ParallelPlan& parallel_plan() const override;
+  std::shared_ptr<CausalLMStage> make_stage(const StageSpec& spec) const override;
+  std::string hf_config_json() const override { return cfg_.to_hf_json(); }
 
   // GPT-2's initialization (transformers' _init_weights): Linear and Embedding weights
   // N(0, initializer_range), biases 0, LayerNorm 1 / 0, and every c_proj weight
   // N(0, initializer_range / sqrt(2 n_layer)); drawn from `gen` in named_parameters() order.
-  void init_weights(Generator& gen);
+  void init_weights(Generator& gen) override;
 
   // What init_weights(gen) writes into elements [offset, offset + count) of the f32 parameter
   // `name` (row-major), computed for that range alone: the Philox stream is positional, so the
@@ -127,10 +139,9 @@ class GPT : public Layer {
   // initialization (shard::ShardingOptions::param_init). kOutOfRange for an unknown name or a
   // range outside the parameter.
   void init_weights_range(const Generator& gen, const std::string& name, int64_t offset,
-                          int64_t count, float* dst);
+                          int64_t count, float* dst) const override;
 
   Block& block(int64_t i);
-  int64_t num_blocks() const { return cfg_.n_layer; }
 
   // Appends max_new_tokens tokens to ids [1, T] (cropping the context to n_positions),
   // sampling from softmax(logits / temperature) restricted to the top_k tokens (0: all) with
@@ -152,14 +163,6 @@ class GPT : public Layer {
 
 // ---- pipeline stages -------------------------------------------------------------------------
 
-// The part of a GPT one pipeline stage holds (shard/pipeline.h cuts a GPT into these).
-struct GPTStageSpec {
-  int64_t first_block = 0;  // blocks [first_block, end_block)
-  int64_t end_block = 0;
-  bool embedding = false;  // wte, wpe, drop: the stage's input is token ids
-  bool head = false;       // ln_f and lm_head: the stage's output is logits
-};
-
 // A slice of the GPT for pipeline parallelism, with the GPT's parameter names
 // ("transformer.h.5.attn.c_attn.weight"), so a GPT state dict loads into it (non-strict: it
 // holds only its part). forward(ids [B, T]) or forward(h [B, T, d]) -> h [B, T, d] or logits
@@ -168,18 +171,19 @@ struct GPTStageSpec {
 // weight: with the embedding on the same stage, wte's handle (tied, as GPT); otherwise
 // `lm_head.weight` is a replica of wte that the pipeline keeps equal to the first stage's
 // (docs/parallelism.md, "Tied weights"). Type name "GPTStage". Its layers are looked up by name
-// on every pass (as GPT's), so tensor parallelism (shard::parallelize_gpt_stage) can swap them.
-class GPTStage : public Layer {
+// on every pass (as GPT's), so tensor parallelism (shard::parallelize) can swap them.
+class GPTStage : public CausalLMStage {
  public:
-  GPTStage(const GPTConfig& cfg, GPTStageSpec spec);
+  // spec.embedding: wte, wpe, drop; spec.head: ln_f and lm_head.
+  GPTStage(const GPTConfig& cfg, StageSpec spec);
   const GPTConfig& config() const { return cfg_; }
-  const GPTStageSpec& spec() const { return spec_; }
+  const StageSpec& spec() const override { return spec_; }
 
   // The values GPT::init_weights(gen) gives these parameters (the replica: wte's), computed
   // per parameter by GPT::init_weights_range; `gen` (in the state init_weights would start
   // from) is not advanced, nor is the default generator. f32 parameters of the whole
   // (unparallelized) shapes only: initialize before tensor parallelism splits the stage.
-  void init_weights(const Generator& gen);
+  void init_weights(const Generator& gen) override;
 
   Block& block(int64_t i);  // a global block index in [first_block, end_block)
 
@@ -189,7 +193,7 @@ class GPTStage : public Layer {
 
  private:
   GPTConfig cfg_;
-  GPTStageSpec spec_;
+  StageSpec spec_;
   std::shared_ptr<Module> transformer_, h_;  // containers (never replaced)
 };
 

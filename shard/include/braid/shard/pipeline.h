@@ -143,9 +143,9 @@ std::vector<int64_t> balance_stages(const std::vector<int64_t>& block_params, in
 // The GPT's stages: stage 0 with the embedding, stage S - 1 with ln_f and the head.
 // blocks_per_stage: S counts summing to n_layer (MegatronLMPlugin's explicit pipeline split);
 // empty: balance_stages(method).
-std::vector<nn::GPTStageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
-                                            const std::vector<int64_t>& blocks_per_stage = {},
-                                            PartitionMethod method = PartitionMethod::kParameters);
+std::vector<nn::StageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
+                                         const std::vector<int64_t>& blocks_per_stage = {},
+                                         PartitionMethod method = PartitionMethod::kParameters);
 
 // ---- the runtime -------------------------------------------------------------------------------
 
@@ -307,8 +307,8 @@ class GPTPipeline {
   void after_step() { pipeline_->after_step(); }
   NamedTensors state_dict() { return pipeline_->state_dict(); }
 
-  const std::vector<nn::GPTStageSpec>& stage_specs() const { return specs_; }  // every stage
-  std::vector<std::shared_ptr<nn::GPTStage>>& stages() { return stages_; }     // this rank's
+  const std::vector<nn::StageSpec>& stage_specs() const { return specs_; }  // every stage
+  std::vector<std::shared_ptr<nn::GPTStage>>& stages() { return stages_; }  // this rank's
   Pipeline& pipeline() { return *pipeline_; }
   // With tp_group: chunk c's plan (parallelize_gpt_stage); null otherwise.
   std::shared_ptr<const TensorParallelPlan> plan(int64_t c) const;
@@ -317,7 +317,7 @@ class GPTPipeline {
   // A whole (unsplit) stage's values as this rank's state dict of that stage: `whole` is split
   // in place with parallelize_gpt_stage when tp_group is set.
   NamedTensors local_state(nn::GPTStage& whole) const;
-  std::vector<nn::GPTStageSpec> specs_;
+  std::vector<nn::StageSpec> specs_;
   std::vector<std::shared_ptr<nn::GPTStage>> stages_;
   std::shared_ptr<ProcessGroup> tp_;
   TensorParallelOptions tp_options_;
