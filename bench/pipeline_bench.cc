@@ -87,7 +87,7 @@ double single_step_ms(int64_t steps, int64_t warmup, int64_t M) {
 
 void run_schedule(ProcessGroup& world, std::shared_ptr<ProcessGroup> pp, const char* label,
                   shard::PipelineOptions opt, int64_t steps, int64_t warmup) {
-  shard::GPTPipeline pipe(config(), pp, opt);
+  shard::CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), pp, opt);
   pipe.init_weights(Generator(1));
   nn::AdamW adam(pipe.parameters(), kAdam);
   std::vector<Tensor> xs, ys;

@@ -10,6 +10,11 @@ The compute seam (docs/kernels.md, "Kernel tables"): above tensor/, code reaches
 through braid/kernels/table.h only. Including a device's own kernel header
 (braid/kernels/cpu.h, braid/kernels/cuda.h) is allowed in kernels/ and tensor/ alone.
 
+Any model (docs/parallelism.md, "Any model"): shard/ and accel/ reach models through
+braid/nn/causal_lm.h (nn::CausalLM and its ParallelPlan). Their library code (src/ and
+include/) may not include a model family's header (braid/nn/gpt.h, braid/nn/llama.h); their
+tests may, to use a family as a fixture.
+
 Usage: check_layering.py [ROOT]   (ROOT defaults to the repository this file lives in)
 Exit status: 0 clean, 1 violations found (each printed as file:line: message).
 """
@@ -27,6 +32,11 @@ SUFFIXES = {".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]braid/([A-Za-z0-9_]+)/')
 DEVICE_KERNELS = re.compile(r'^\s*#\s*include\s*[<"](braid/kernels/(?:cpu|cuda)\.h)[>"]')
 DEVICE_KERNELS_ALLOWED = {"kernels", "tensor"}
+MODEL_HEADER = re.compile(r'^\s*#\s*include\s*[<"](braid/nn/(?:gpt|llama)\.h)[>"]')
+MODEL_FREE = {"shard", "accel"}
+# Not yet model-free: the replayed GPT memory estimate (estimate_gpt_memory), which the
+# meta-device measurement of docs/memory.md is to replace. Nothing else may join this list.
+MODEL_HEADER_PENDING = {"shard/include/braid/shard/memory.h"}
 
 
 def allowed(own: str, included: str) -> bool:
@@ -56,6 +66,14 @@ def check_file(path: pathlib.Path, own: str, root: pathlib.Path) -> list[str]:
             errors.append(
                 f"{rel}:{lineno}: layer '{own}' includes {d.group(1)}; above tensor/ kernels are "
                 f"reached through braid/kernels/table.h (kernels_for(device))")
+        mh = MODEL_HEADER.match(line)
+        rel_parts = path.relative_to(root).parts
+        if (mh and own in MODEL_FREE and len(rel_parts) > 1 and rel_parts[1] in ("src", "include")
+                and "/".join(rel_parts) not in MODEL_HEADER_PENDING):
+            rel = path.relative_to(root)
+            errors.append(
+                f"{rel}:{lineno}: layer '{own}' includes the model header {mh.group(1)}; shard/ and "
+                f"accel/ reach models through braid/nn/causal_lm.h (nn::CausalLM)")
     return errors
 
 

@@ -80,6 +80,23 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertNotIn("tensor/src/ops.cc", r.stderr)
         self.assertNotIn("nn/src/linear.cc", r.stderr)
 
+    def test_model_headers_stay_out_of_shard_and_accel_libraries(self):
+        r = run_on({
+            "shard/src/pipeline.cc": '#include "braid/nn/gpt.h"\n',
+            "accel/include/braid/accel/a.h": '#include <braid/nn/llama.h>\n',
+            "shard/tests/pp/x_test.cc": '#include "braid/nn/gpt.h"\n',
+            "accel/src/b.cc": '#include "braid/nn/causal_lm.h"\n',
+            "apps/src/c.cc": '#include "braid/nn/gpt.h"\n',
+        })
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("shard/src/pipeline.cc:1: layer 'shard' includes the model header "
+                      "braid/nn/gpt.h", r.stderr)
+        self.assertIn("accel/include/braid/accel/a.h:1", r.stderr)
+        self.assertIn("2 layering violation(s)", r.stderr)
+        self.assertNotIn("x_test.cc", r.stderr)
+        self.assertNotIn("b.cc", r.stderr)
+        self.assertNotIn("c.cc", r.stderr)
+
     def test_missing_root_is_a_usage_error(self):
         r = subprocess.run([sys.executable, str(CHECKER), "/nonexistent/braid-root"],
                            capture_output=True, text=True, check=False)

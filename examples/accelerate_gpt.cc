@@ -197,13 +197,9 @@ int run(int argc, char** argv) {
   Generator init_gen(seed);
   gpt->init_weights(init_gen);
   const int64_t n_params = gpt->num_parameters();
-  std::shared_ptr<shard::ShardedModel> model;
-  std::shared_ptr<shard::GPTPipeline> pipe;
-  if (pp > 1) {
-    pipe = acc.prepare_pipeline(*gpt);
-  } else {
-    model = acc.prepare_model(gpt);
-  }
+  // One prepared model for every layout: dp / ZeRO, split over tp by the model's plan, cut
+  // into pp stages.
+  std::shared_ptr<accel::PreparedModel> model = acc.prepare_model(gpt);
   acc.print("accelerate_gpt: " + std::to_string(W) + " rank(s) (dp " + std::to_string(dp) +
             ", pp " + std::to_string(pp) + ", tp " + std::to_string(tp) + "), " +
             std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
@@ -216,8 +212,7 @@ int run(int argc, char** argv) {
             std::to_string(acc.gradient_accumulation_steps()) +
             (pp > 1 ? " pipeline micro-batches)" : " accumulation steps)"));
 
-  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(),
-                {.lr = lr, .weight_decay = 0.1, .beta2 = 0.95});
+  nn::AdamW opt(model->optimizer_parameters(), {.lr = lr, .weight_decay = 0.1, .beta2 = 0.95});
   acc.prepare_optimizer(opt);
   // scheduler_step advances the schedule num_processes times per optimizer step (Accelerate's
   // AcceleratedScheduler without split_batches): the schedule is given in steps x processes,
@@ -251,8 +246,7 @@ int run(int argc, char** argv) {
                                                      {"max_steps", double(max_steps)},
                                                      {"global_batch_size", double(global_batch)}});
 
-  accel::CrossEntropy ce = acc.cross_entropy();   // vocab-parallel under tp_degree > 1
-  std::vector<Tensor> window_ids, window_labels;  // a pipeline step's micro-batches
+  std::vector<Tensor> window_ids, window_labels;  // a step's micro-batches
   std::vector<double> curve;
   const int64_t first_step = step + 1;
   double window_loss = 0, last_loss = 0, ema = -1;
@@ -273,34 +267,22 @@ int run(int argc, char** argv) {
     window_ids.clear();
     window_labels.clear();
     for (const Tree& batch : data) {
-      if (pipe) {
-        // A pipeline step runs the window's micro-batches together (Megatron's train step);
-        // a partial window at the end of the pass is dropped.
-        window_ids.push_back(batch.at("input_ids").tensor());
-        window_labels.push_back(batch.at("labels").tensor());
-        if (static_cast<int64_t>(window_ids.size()) < acc.gradient_accumulation_steps()) continue;
-        window_loss = acc.pipeline_step(*pipe, window_ids, window_labels, &data) *
-                      double(acc.gradient_accumulation_steps());
-        window_ids.clear();
-        window_labels.clear();
-      } else {
-        {
-          auto accumulate = acc.accumulate(data);
-          auto autocast = acc.autocast();
-          Tensor logits = model->forward(batch.at("input_ids").tensor());
-          window_loss += ce.forward(logits, batch.at("labels").tensor()).item();
-          acc.backward(*model, ce.backward());
-        }
-        if (!acc.sync_gradients()) continue;
-      }
+      // A step runs the window's micro-batches together (Megatron's train step: one after
+      // another, or by the pipeline's schedule); a partial window at the end of the pass is
+      // dropped, so every step is one whole global batch.
+      window_ids.push_back(batch.at("input_ids").tensor());
+      window_labels.push_back(batch.at("labels").tensor());
+      if (static_cast<int64_t>(window_ids.size()) < acc.gradient_accumulation_steps()) continue;
+      window_loss = acc.train_step(*model, window_ids, window_labels);
+      window_ids.clear();
+      window_labels.clear();
       // Clipping is the configuration's (deepspeed_config.gradient_clipping): acc.step clips.
       acc.step(opt);
       acc.scheduler_step(sched);
       acc.zero_grad(opt);
       ++step;
       // The step's loss: the mean over its micro-batches and ranks.
-      Tree mean = acc.reduce(Tree(
-          Tensor::full({1}, window_loss / double(acc.gradient_accumulation_steps()), DType::kF64)));
+      Tree mean = acc.reduce(Tree(Tensor::full({1}, window_loss, DType::kF64)));
       window_loss = 0;
       last_loss = mean.tensor().item();
       ema = ema < 0 ? last_loss : 0.9 * ema + 0.1 * last_loss;
@@ -324,7 +306,7 @@ int run(int argc, char** argv) {
 
   // The trained model whole on every rank (Accelerate's get_state_dict: shards gathered, tp
   // slices joined, pipeline stages from their ranks) for the held-out loss and the sample.
-  const NamedTensors trained = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+  const NamedTensors trained = acc.get_state_dict(*model);
   auto whole = std::make_shared<nn::GPT>(gcfg);
   whole->load_state_dict(trained, /*strict=*/false);
   nn::CrossEntropyLoss eval_ce;
@@ -354,11 +336,7 @@ int run(int argc, char** argv) {
     acc.print("---- sample (prompt: \"" + printable(prompt) + "\") ----\n" + printable(sample) +
               "\n----");
   }
-  if (pipe) {
-    acc.save_model(*pipe, out);
-  } else {
-    acc.save_model(*model, out);
-  }
+  acc.save_model(*model, out);
   acc.on_main_process([&] {
     AtomicFile f(out / "config.json");
     f.write(gcfg.to_hf_json());

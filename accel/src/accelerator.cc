@@ -139,92 +139,9 @@ int Accelerator::local_process_index() const {
 
 // ---- prepare --------------------------------------------------------------------------------
 
-std::shared_ptr<shard::ShardedModel> Accelerator::prepare_model(
-    std::shared_ptr<nn::Layer> model,
-    std::function<void(const std::string&, int64_t, int64_t, float*)> param_init) {
-  BRAID_CHECK(model != nullptr, kInvalidArgument, "Accelerator::prepare_model: no model");
-  BRAID_CHECK(plan_.pp_degree == 1, kInvalidArgument, "Accelerator::prepare_model: pp_degree ",
-              plan_.pp_degree, " cuts the model into pipeline stages: use prepare_pipeline");
-  BRAID_CHECK(pipeline_ == nullptr, kInvalidArgument,
-              "Accelerator::prepare_model: a pipeline is already prepared");
-  shard::ShardingOptions options = plan_.options;
-  if (param_init) options.param_init = std::move(param_init);
-  if (plan_.tp_degree > 1) {
-    auto gpt = std::dynamic_pointer_cast<nn::GPT>(model);
-    BRAID_CHECK(gpt != nullptr, kNotSupported, "Accelerator::prepare_model: tp_degree ",
-                plan_.tp_degree,
-                " splits the layers of an nn::GPT (shard::parallelize_gpt); this model is not one");
-    BRAID_CHECK(!options.param_init, kNotSupported,
-                "Accelerator::prepare_model: a model on the meta device (param_init) with "
-                "tp_degree > 1; initialize it whole, then prepare it");
-    vocab_size_ = gpt->config().vocab_size;
-    options.tensor_parallel = shard::parallelize_gpt(
-        *gpt, mesh_->group("tp"), {.sequence_parallel = plan_.sequence_parallel});
-    options.checkpoint_group = pg_;  // every rank of the mesh writes its pieces
-  }
-  if (plan_.activation_checkpointing) {
-    // FSDP's activation_checkpointing: every wrapped unit (not the root) recomputes its forward.
-    const int shard_world =
-        options.shard_group_size > 0 ? static_cast<int>(options.shard_group_size) : dp_->size();
-    for (auto& u : shard::make_units(*model, options.wrap, shard_world)) {
-      if (u.layer != model.get()) u.layer->set_checkpointing(true);
-    }
-  }
-  auto sm = std::make_shared<shard::ShardedModel>(std::move(model), dp_, options);
-  models_.push_back(sm);
-  return sm;
-}
-
 std::unique_ptr<nn::InitEmptyWeights> Accelerator::model_init_context() const {
   if (!plan_.init_on_meta) return nullptr;
   return std::make_unique<nn::InitEmptyWeights>();
-}
-
-std::shared_ptr<shard::GPTPipeline> Accelerator::prepare_pipeline(nn::GPT& gpt) {
-  BRAID_CHECK(models_.empty() && pipeline_ == nullptr, kInvalidArgument,
-              "Accelerator::prepare_pipeline: one model (or pipeline) per Accelerator here");
-  const int64_t M = plan_.num_micro_batches > 0 ? plan_.num_micro_batches : accumulation_.num_steps;
-  BRAID_CHECK(plan_.num_micro_batches <= 0 || accumulation_.num_steps == 1 ||
-                  accumulation_.num_steps == plan_.num_micro_batches,
-              kInvalidArgument, "Accelerator::prepare_pipeline: megatron_lm_num_micro_batches ",
-              plan_.num_micro_batches, " and gradient accumulation steps ", accumulation_.num_steps,
-              " disagree; a pipeline step runs the micro-batches of one window: give one");
-  accumulation_.num_steps = M;  // gradient_accumulation_steps(): the window a step runs
-  // A one-stage pipeline without a mesh: pp and tp are one-rank groups of this process.
-  std::shared_ptr<ProcessGroup> pp, tp;
-  if (mesh_) {
-    pp = mesh_->group("pp");
-    if (plan_.tp_degree > 1) tp = mesh_->group("tp");
-  } else {
-    BRAID_CHECK(pg_->size() == 1, kInvalidArgument,
-                "Accelerator::prepare_pipeline: pp_degree is 1 on ", pg_->size(),
-                " processes; set megatron_lm_config.megatron_lm_pp_degree");
-    pp = pg_;
-  }
-  nn::GPTConfig cfg = gpt.config();
-  if (plan_.activation_checkpointing) cfg.activation_checkpointing = true;
-  shard::PipelineOptions o;
-  o.schedule = shard::PipelineSchedule::k1F1B;
-  if (plan_.num_layers_per_virtual_pipeline_stage > 0) {
-    // Megatron's virtual pipeline: v = n_layer / (pp x L) chunks per rank, interleaved 1F1B.
-    o.schedule = shard::PipelineSchedule::kInterleaved1F1B;
-    o.num_layers_per_virtual_pipeline_stage = plan_.num_layers_per_virtual_pipeline_stage;
-  }
-  o.num_micro_batches = M;
-  o.dp_group = dp_;
-  o.sharding = plan_.options;
-  o.sharding.checkpoint_group = pg_;  // every stage's ranks write into one folder
-  o.tp_group = tp;
-  o.tensor_parallel.sequence_parallel = plan_.sequence_parallel && tp != nullptr;
-  if (o.sharding.wrap.kind == shard::WrapKind::kTransformerBased) {
-    // A stage whose blocks are all wrapped leaves its root unit empty (Pipeline refuses it):
-    // each stage is one unit.
-    o.sharding.wrap.kind = shard::WrapKind::kNoWrap;
-  }
-  pipeline_ = std::make_shared<shard::GPTPipeline>(cfg, pp, o);
-  pipeline_->load_state_dict(gpt.state_dict());
-  vocab_size_ = cfg.vocab_size;
-  return pipeline_;
 }
 
 CrossEntropy Accelerator::cross_entropy(nn::CrossEntropyOptions options) const {
@@ -320,10 +237,11 @@ void Accelerator::end_micro_batch() {
   }
 }
 
-Accelerator::NoSyncScope Accelerator::no_sync(shard::ShardedModel& model) {
-  const bool previous = model.gradient_sync();
-  model.set_gradient_sync(false);
-  return NoSyncScope(&model, previous);
+Accelerator::NoSyncScope Accelerator::no_sync(PreparedModel& model) {
+  shard::ShardedModel& sm = model.sharded();
+  const bool previous = sm.gradient_sync();
+  sm.set_gradient_sync(false);
+  return NoSyncScope(&sm, previous);
 }
 Accelerator::NoSyncScope::~NoSyncScope() {
   if (model_ != nullptr) model_->set_gradient_sync(previous_);
@@ -331,7 +249,10 @@ Accelerator::NoSyncScope::~NoSyncScope() {
 Accelerator::NoSyncScope::NoSyncScope(NoSyncScope&& other) noexcept
     : model_(std::exchange(other.model_, nullptr)), previous_(other.previous_) {}
 
-Tensor Accelerator::backward(shard::ShardedModel& model, const Tensor& grad_of_loss) {
+Tensor Accelerator::backward(PreparedModel& prepared, const Tensor& grad_of_loss) {
+  BRAID_CHECK(!prepared.pipelined(), kInvalidArgument,
+              "Accelerator::backward: a pipeline runs its backwards in train_step");
+  shard::ShardedModel& model = prepared.sharded();
   if (!in_accumulate_) {
     // Outside accumulate(): every backward ends a window of one (Accelerate's default).
     micro_in_window_ = 0;
@@ -344,8 +265,12 @@ Tensor Accelerator::backward(shard::ShardedModel& model, const Tensor& grad_of_l
   return model.backward(grad_of_loss);
 }
 
-void Accelerator::finish_gradients(shard::ShardedModel& model) {
+void Accelerator::finish_gradients(PreparedModel& prepared) {
   if (finished_) return;
+  BRAID_CHECK(!prepared.pipelined(), kInvalidArgument,
+              "Accelerator::finish_gradients: run train_step first (a pipeline finishes its "
+              "gradients there)");
+  shard::ShardedModel& model = prepared.sharded();
   BRAID_CHECK(sync_gradients_, kInvalidArgument,
               "Accelerator: gradients are finished at the end of an accumulation window only "
               "(sync_gradients() is false)");
@@ -359,15 +284,23 @@ void Accelerator::finish_gradients(shard::ShardedModel& model) {
   finished_ = true;
 }
 
-double Accelerator::clip_grad_norm_(shard::ShardedModel& model, double max_norm) {
+double Accelerator::clip_grad_norm_(PreparedModel& model, double max_norm) {
+  if (model.pipelined()) {
+    BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::clip_grad_norm_: run train_step first");
+    return model.pipeline().pipeline().clip_grad_norm_(max_norm);
+  }
   finish_gradients(model);
-  return model.clip_grad_norm_(max_norm);
+  return model.sharded().clip_grad_norm_(max_norm);
 }
 
-void Accelerator::clip_grad_value_(shard::ShardedModel& model, double clip_value) {
+void Accelerator::clip_grad_value_(PreparedModel& model, double clip_value) {
   BRAID_CHECK(clip_value >= 0, kInvalidArgument, "clip_grad_value_: clip_value must be >= 0, got ",
               clip_value);
-  finish_gradients(model);
+  if (model.pipelined()) {
+    BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::clip_grad_value_: run train_step first");
+  } else {
+    finish_gradients(model);
+  }
   for (auto& p : model.optimizer_parameters()) {
     Tensor& g = p.grad();
     if (!g.defined()) continue;
@@ -379,43 +312,11 @@ void Accelerator::clip_grad_value_(shard::ShardedModel& model, double clip_value
   }
 }
 
-double Accelerator::pipeline_step(shard::GPTPipeline& pipeline, const std::vector<Tensor>& ids,
-                                  const std::vector<Tensor>& labels, const nn::DataLoader* loader) {
-  BRAID_CHECK(&pipeline == pipeline_.get(), kInvalidArgument,
-              "Accelerator::pipeline_step: the pipeline was not prepared by this Accelerator");
-  BRAID_CHECK(!in_accumulate_, kInvalidArgument,
-              "Accelerator::pipeline_step: a pipeline step is a whole window; call it outside "
-              "accumulate()");
-  const bool scaled = scaler_ && scaler_->is_enabled();
-  // fp16: the loss gradient scaled as GradScaler::scale does (its f32 scale).
-  if (scaled) {
-    pipeline.pipeline().set_loss_scale(static_cast<float>(scaler_->get_scale()));
-  }
-  double loss = 0;
-  {
-    auto scope = autocast();
-    loss = pipeline.step(ids, labels);  // finishes the gradients: 1 / (M x dp)
-  }
-  // Unscaled (found-inf agreed by every process) before clipping, as finish_gradients does.
-  if (scaled && optimizer_ != nullptr) scaler_->unscale_(*optimizer_);
-  (void)loader;  // the loader counts its own batches (DataLoader::position)
-  micro_in_window_ = 0;
-  window_size_ = static_cast<int64_t>(ids.size());
-  sync_gradients_ = true;
-  finished_ = true;
-  return loss;
-}
-
-double Accelerator::clip_grad_norm_(shard::GPTPipeline& pipeline, double max_norm) {
-  BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::clip_grad_norm_: run pipeline_step first");
-  return pipeline.pipeline().clip_grad_norm_(max_norm);
-}
-
 bool Accelerator::step(nn::Optimizer& optimizer) {
   step_was_skipped_ = false;
   if (!sync_gradients_) return false;
   if (pipeline_) {
-    BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::step: run pipeline_step first");
+    BRAID_CHECK(finished_, kInvalidArgument, "Accelerator::step: run train_step first");
     if (plan_.gradient_clipping) pipeline_->pipeline().clip_grad_norm_(*plan_.gradient_clipping);
     bool stepped = true;
     if (scaler_ && scaler_->is_enabled()) {
@@ -431,8 +332,8 @@ bool Accelerator::step(nn::Optimizer& optimizer) {
     finished_ = false;
     return stepped;
   }
-  BRAID_CHECK(!models_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
-  finish_gradients(*models_.front());
+  BRAID_CHECK(!prepared_.empty(), kInvalidArgument, "Accelerator::step: prepare a model first");
+  finish_gradients(*prepared_.front());
   // DeepSpeed's / Megatron-LM's gradient_clipping: the engine clips every step at that norm
   // (on top of any clip_grad_norm_ the program ran: the smaller bound holds).
   if (plan_.gradient_clipping) {
@@ -611,13 +512,9 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
     // FULL_STATE_DICT (DDP's and FSDP 1's default, Accelerate's model.safetensors /
     // pytorch_model_fsdp.bin): the model's tensors whole as well, in the file transformers and
     // safetensors read, beside the sharded checkpoint load_state resumes from.
-    if (pipeline_) {
-      save_model(*pipeline_, folder);
-    } else {
-      for (size_t i = 0; i < models_.size(); ++i) {
-        save_model(*models_[i],
-                   i == 0 ? folder : folder / ("model_" + std::to_string(i) + "_full"));
-      }
+    for (size_t i = 0; i < prepared_.size(); ++i) {
+      save_model(*prepared_[i],
+                 i == 0 ? folder : folder / ("model_" + std::to_string(i) + "_full"));
     }
   }
   if (writes_files()) {
@@ -720,7 +617,12 @@ Accelerator::ResumePosition Accelerator::resumed_position(size_t loader_index) c
   return resumed_[loader_index];
 }
 
-NamedTensors Accelerator::get_state_dict(shard::ShardedModel& model) {
+NamedTensors Accelerator::get_state_dict(PreparedModel& model) {
+  return model.pipelined() ? pipeline_state_dict(model.pipeline())
+                           : sharded_state_dict(model.sharded());
+}
+
+NamedTensors Accelerator::sharded_state_dict(shard::ShardedModel& model) {
   if (model.options().tensor_parallel) {
     return saved_dtype(
         shard::tensor_parallel_full_state_dict(model, *model.options().tensor_parallel));
@@ -728,7 +630,7 @@ NamedTensors Accelerator::get_state_dict(shard::ShardedModel& model) {
   return saved_dtype(model.full_state_dict());
 }
 
-NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
+NamedTensors Accelerator::pipeline_state_dict(shard::CausalLMPipeline& pipeline) {
   // Each stage's tensors, whole (tp gathered), from the first rank of its dp x tp block, to
   // every process (an object all-gather: names, shapes and data in rank order).
   NamedTensors mine = pipeline.global_state_dict();  // collective over dp and tp
@@ -744,16 +646,21 @@ NamedTensors Accelerator::get_state_dict(shard::GPTPipeline& pipeline) {
   return saved_dtype(std::move(out));
 }
 
-void Accelerator::save_model(shard::GPTPipeline& pipeline, const std::filesystem::path& dir,
+void Accelerator::save_model(PreparedModel& model, const std::filesystem::path& dir,
                              std::string_view max_shard_size) {
-  NamedTensors state = get_state_dict(pipeline);  // collective
+  if (!model.pipelined()) {
+    save_sharded_model(model.sharded(), dir, max_shard_size);
+    return;
+  }
+  // The pipeline's state dict leaves the tied replica out already.
+  NamedTensors state = pipeline_state_dict(model.pipeline());  // collective
   if (writes_files()) save_sharded(dir, state, max_shard_size, {{"format", "pt"}});
   pg_->barrier();
 }
 
-void Accelerator::save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
-                             std::string_view max_shard_size) {
-  NamedTensors state = get_state_dict(model);  // collective
+void Accelerator::save_sharded_model(shard::ShardedModel& model, const std::filesystem::path& dir,
+                                     std::string_view max_shard_size) {
+  NamedTensors state = sharded_state_dict(model);  // collective
   if (writes_files()) {
     // Tied weights appear under each of their names in the state dict; safetensors (and
     // transformers' save_pretrained) keep the first: drop the other names.

@@ -103,18 +103,11 @@ int worker(const TestOptions& o) {
   auto gpt = std::make_shared<nn::GPT>(g);
   Generator init(7);
   gpt->init_weights(init);
-  std::shared_ptr<shard::ShardedModel> model;
-  std::shared_ptr<shard::GPTPipeline> pipe;
-  if (pipelined) {
-    pipe = acc.prepare_pipeline(*gpt);
-  } else {
-    model = acc.prepare_model(gpt);
-  }
-  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(), {.lr = 1e-2});
+  auto model = acc.prepare_model(gpt);  // every layout
+  nn::AdamW opt(model->optimizer_parameters(), {.lr = 1e-2});
   acc.prepare_optimizer(opt);
   nn::DataLoader loader(std::make_shared<PatternDataset>(), {.batch_size = 2});
   nn::DataLoader data = acc.prepare_data_loader(loader);
-  accel::CrossEntropy ce = acc.cross_entropy();
   const int64_t M = acc.gradient_accumulation_steps();
   std::vector<Tensor> ids, labels;
   double first = -1, last = 0, window = 0;
@@ -123,25 +116,13 @@ int worker(const TestOptions& o) {
     ids.clear();
     labels.clear();
     for (const Tree& batch : data) {
-      if (pipe) {
-        ids.push_back(batch.at("input_ids").tensor());
-        labels.push_back(batch.at("labels").tensor());
-        if (static_cast<int64_t>(ids.size()) < M) continue;
-        window = acc.pipeline_step(*pipe, ids, labels, &data) * double(M);
-        ids.clear();
-        labels.clear();
-        acc.clip_grad_norm_(*pipe, 1.0);
-      } else {
-        {
-          auto accumulate = acc.accumulate(data);
-          auto autocast = acc.autocast();
-          Tensor logits = model->forward(batch.at("input_ids").tensor());
-          window += ce.forward(logits, batch.at("labels").tensor()).item();
-          acc.backward(*model, ce.backward());
-        }
-        if (!acc.sync_gradients()) continue;
-        acc.clip_grad_norm_(*model, 1.0);
-      }
+      ids.push_back(batch.at("input_ids").tensor());
+      labels.push_back(batch.at("labels").tensor());
+      if (static_cast<int64_t>(ids.size()) < M) continue;
+      window = acc.train_step(*model, ids, labels) * double(M);
+      ids.clear();
+      labels.clear();
+      acc.clip_grad_norm_(*model, 1.0);
       acc.step(opt);
       acc.zero_grad(opt);
       last = acc.reduce(Tree(Tensor::full({1}, window, DType::kF64))).tensor().item();
@@ -154,7 +135,7 @@ int worker(const TestOptions& o) {
 
   // 3. Every rank holds the same model (whole: shards gathered, tp slices joined, stages
   // from their ranks).
-  const auto whole = [&] { return pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model); };
+  const auto whole = [&] { return acc.get_state_dict(*model); };
   double local = 0;
   for (auto& [name, t] : whole()) local += braid::sum(abs(t.to(DType::kF64))).item();
   Tensor mine = Tensor::full({1}, local, DType::kF64);
@@ -176,16 +157,8 @@ int worker(const TestOptions& o) {
   acc.save_state(dir);
   // One more window changes the model and the optimizer; load_state must undo it.
   Tree batch = nn::default_collate({PatternDataset().get(0), PatternDataset().get(1)});
-  if (pipe) {
-    acc.pipeline_step(*pipe, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
-                      std::vector<Tensor>(M, batch.at("labels").tensor()));
-  } else {
-    for (int i = 0; i < M; ++i) {
-      auto accumulate = acc.accumulate();
-      ce.forward(model->forward(batch.at("input_ids").tensor()), batch.at("labels").tensor());
-      acc.backward(*model, ce.backward());
-    }
-  }
+  acc.train_step(*model, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
+                 std::vector<Tensor>(M, batch.at("labels").tensor()));
   acc.step(opt);
   check(!equal(whole()[0].second, before[0].second), "the extra step changed nothing");
   acc.load_state(dir);

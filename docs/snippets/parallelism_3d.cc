@@ -2,6 +2,7 @@
 // sharded (ZeRO-3) over dp = 2. ctest runs it under braid launch --nproc-per-node 8; exits 1
 // unless a second step on the same batch has a lower loss and the global state dict holds the
 // stage's tensors whole.
+#include "braid/nn/gpt.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/device_mesh.h"
 #include "braid/shard/pipeline.h"
@@ -23,8 +24,9 @@ int main() {
   opt.dp_group = mesh.group("dp");               // optional: DP x TP x PP
   opt.sharding.stage = braid::shard::ZeroStage::k3;
   opt.sharding.checkpoint_group = mesh.flatten({"dp", "tp"}, "dp_tp");
-  braid::shard::GPTPipeline pipe(cfg, mesh.group("pp"), opt);  // stages split over tp
-  pipe.init_weights(gen);                                      // the slices of GPT::init_weights
+  auto model = braid::nn::make_meta<braid::nn::GPT>(cfg);             // a prototype: no memory
+  braid::shard::CausalLMPipeline pipe(model, mesh.group("pp"), opt);  // stages split over tp
+  pipe.init_weights(gen);  // the slices of model->init_weights
   braid::nn::AdamW adam(pipe.parameters(), {.lr = 1e-2});
   double loss = pipe.step(ids, labels);  // dp rank r: global micro-batches j dp + r
   adam.step();

@@ -1,6 +1,7 @@
 // docs/parallelism.md's pipeline example: a GPT cut into 2 stages (1F1B, 8 micro-batches) with
 // data parallelism over dp = 2. ctest runs it under braid launch --nproc-per-node 4; exits 1
 // unless the loss falls.
+#include "braid/nn/gpt.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/device_mesh.h"
 #include "braid/shard/pipeline.h"
@@ -19,8 +20,10 @@ int main() {
                                     .num_micro_batches = 8};
   opt.dp_group = mesh.group("dp");  // optional: DP x PP
   opt.sharding = {.stage = braid::shard::ZeroStage::k1};
-  braid::shard::GPTPipeline pipe(cfg, mesh.group("pp"), opt);  // this rank's stages
-  pipe.init_weights(braid::Generator(42));                     // GPT::init_weights' bits
+  // Any nn::CausalLM, as a prototype on the meta device: its stages are built per rank.
+  auto model = braid::nn::make_meta<braid::nn::GPT>(cfg);
+  braid::shard::CausalLMPipeline pipe(model, mesh.group("pp"), opt);  // this rank's stages
+  pipe.init_weights(braid::Generator(42));  // the bits of model->init_weights
   braid::nn::AdamW adam(pipe.parameters(), {.lr = 1e-2});
   for (int64_t step = 0; step < steps; ++step) {
     double loss = pipe.step(ids, labels);  // [B, T] each, cut into 8 micro-batches

@@ -1,6 +1,7 @@
 // docs/parallelism.md's tensor-parallel example: a GPT split over tp = 2 and sharded (ZeRO-1)
 // over dp = 2. ctest runs it under braid launch --nproc-per-node 4; exits 1 unless the loss
 // falls.
+#include "braid/nn/gpt.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/device_mesh.h"
 #include "braid/shard/fsdp.h"
@@ -19,7 +20,9 @@ int main() {
   auto gpt = std::make_shared<braid::nn::GPT>(cfg);
   braid::Generator init(42);
   gpt->init_weights(init);  // the same whole model on every rank
-  auto plan = braid::shard::parallelize_gpt(*gpt, mesh.group("tp"), {.sequence_parallel = true});
+  // The model's own plan (any nn::CausalLM): which modules split, and how.
+  auto plan =
+      braid::shard::parallelize(*gpt, mesh, gpt->parallel_plan(), {.sequence_parallel = true});
   braid::shard::ShardingOptions so{.stage = braid::shard::ZeroStage::k1};
   so.tensor_parallel = plan;    // checkpoints of global tensors, TP clipping
   so.checkpoint_group = world;  // every rank writes into one folder

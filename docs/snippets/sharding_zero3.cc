@@ -2,6 +2,7 @@
 // optimizer step per global batch. ctest runs it under braid launch --nproc-per-node 2; exits 1
 // unless the loss falls.
 #include "braid/amp/autocast.h"
+#include "braid/nn/gpt.h"
 #include "braid/nn/loss.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/fsdp.h"

@@ -153,6 +153,10 @@ GPT::GPT(const GPTConfig& cfg) : CausalLM("GPT2LMHeadModel"), cfg_(cfg) {
 }
 
 const ParallelPlan& GPT::parallel_plan() const {
+  return gpt_parallel_plan();
+}
+
+const ParallelPlan& gpt_parallel_plan() {
   using S = TensorParallelStyle;
   static const ParallelPlan plan = [] {
     ParallelPlan p;

@@ -196,8 +196,8 @@ std::vector<std::pair<std::string, Module*>> Module::named_modules() {
   return out;
 }
 
-Module& Module::get_submodule(std::string_view path) {
-  Module* m = this;
+const Module& Module::get_submodule(std::string_view path) const {
+  const Module* m = this;
   size_t start = 0;
   while (start < path.size()) {
     const size_t dot = std::min(path.find('.', start), path.size());
@@ -205,6 +205,10 @@ Module& Module::get_submodule(std::string_view path) {
     start = dot + 1;
   }
   return *m;
+}
+
+Module& Module::get_submodule(std::string_view path) {
+  return const_cast<Module&>(std::as_const(*this).get_submodule(path));
 }
 
 int64_t Module::num_parameters(bool only_trainable) const {

@@ -1,6 +1,6 @@
 // Stage partitioning (pipeline.h): contiguous blocks per stage, balanced by parameter count
 // (the largest stage as small as possible, then the spread) or uniform (Megatron's default),
-// or given explicitly; the GPT's stages with the embedding first and the head last
+// or given explicitly; a model's stages with the embedding first and the head last
 // (docs/parallelism.md, "Partitioning").
 #include <algorithm>
 #include <limits>
@@ -38,15 +38,16 @@ void check_non_empty(const std::vector<int64_t>& counts, int64_t first_extra, in
   }
 }
 
-// Parameters of one GPT block, counted on a block built on the meta device (the default
-// generator, which the layers' constructors draw from, is put back).
-int64_t block_parameters(const nn::GPTConfig& cfg) {
+// Parameters of a stage of `model` holding only `spec`'s embedding or head, counted on a stage
+// built on the meta device (the default generator, which the layers' constructors draw from,
+// is put back).
+int64_t stage_parameters(const nn::CausalLM& model, const nn::StageSpec& spec) {
   Generator& dflt = default_generator(kCPU);
   const std::vector<uint8_t> state = dflt.get_state();
   int64_t n = 0;
   {
     nn::InitEmptyWeights empty;
-    n = nn::Block(cfg).num_parameters();
+    n = model.make_stage(spec)->num_parameters();
   }
   dflt.set_state(state);
   return n;
@@ -117,26 +118,32 @@ std::vector<int64_t> balance_stages(const std::vector<int64_t>& block_params, in
   return counts;
 }
 
-std::vector<nn::StageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
-                                         const std::vector<int64_t>& blocks_per_stage,
-                                         PartitionMethod method) {
-  cfg.validate();
-  const int64_t S = num_stages, n = cfg.n_layer, d = cfg.n_embd;
-  BRAID_CHECK(S >= 1, kInvalidArgument, "partition_gpt: num_stages = ", S, " must be >= 1");
-  const int64_t first_extra = (cfg.vocab_size + cfg.n_positions) * d;  // wte, wpe
-  const int64_t last_extra = 2 * d + cfg.vocab_size * d;               // ln_f, the head
+std::vector<nn::StageSpec> partition_stages(const nn::CausalLM& model, int64_t num_stages,
+                                            const std::vector<int64_t>& blocks_per_stage,
+                                            PartitionMethod method) {
+  const int64_t S = num_stages, n = model.num_blocks();
+  BRAID_CHECK(S >= 1, kInvalidArgument, "partition_stages: num_stages = ", S, " must be >= 1");
+  const int64_t first_extra = stage_parameters(model, {.embedding = true});
+  const int64_t last_extra =
+      stage_parameters(model, {.first_block = n, .end_block = n, .head = true});
   std::vector<int64_t> counts = blocks_per_stage;
   if (counts.empty()) {
-    counts = balance_stages(std::vector<int64_t>(static_cast<size_t>(n), block_parameters(cfg)),
-                            first_extra, last_extra, S, method);
+    const nn::Module& blocks = model.get_submodule(model.parallel_plan().blocks);
+    std::vector<int64_t> block_params;
+    for (auto& [name, block] : blocks.named_children())
+      block_params.push_back(block->num_parameters());
+    BRAID_CHECK(static_cast<int64_t>(block_params.size()) == n, kInvalidArgument,
+                "partition_stages: '", model.parallel_plan().blocks, "' of ", model.type_name(),
+                " holds ", block_params.size(), " blocks; num_blocks() says ", n);
+    counts = balance_stages(block_params, first_extra, last_extra, S, method);
   } else {
     BRAID_CHECK(static_cast<int64_t>(counts.size()) == S, kInvalidArgument,
-                "partition_gpt: blocks_per_stage ", list_str(counts), " has ", counts.size(),
+                "partition_stages: blocks_per_stage ", list_str(counts), " has ", counts.size(),
                 " entries; expected one per stage (", S, ")");
     BRAID_CHECK(std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c >= 0; }) &&
                     std::accumulate(counts.begin(), counts.end(), int64_t{0}) == n,
-                kInvalidArgument, "partition_gpt: blocks_per_stage ", list_str(counts),
-                " must be counts >= 0 summing to n_layer = ", n);
+                kInvalidArgument, "partition_stages: blocks_per_stage ", list_str(counts),
+                " must be counts >= 0 summing to the model's ", n, " blocks");
     check_non_empty(counts, first_extra, last_extra, "blocks_per_stage");
   }
   std::vector<nn::StageSpec> specs;

@@ -67,7 +67,7 @@ TEST(Accelerator, AccumulationWindowsEndEveryNStepsAndAtTheLoadersEnd) {
     auto scope = acc.accumulate(data);
     pattern += acc.sync_gradients() ? 'S' : '.';
     // sync_each_batch (braid's default) keeps the model syncing every micro-batch.
-    EXPECT_TRUE(model->gradient_sync());
+    EXPECT_TRUE(model->sharded().gradient_sync());
     (void)batch;
   }
   EXPECT_EQ(pattern, "..S..S.S");
@@ -84,7 +84,7 @@ TEST(Accelerator, SyncEachBatchFalseRunsTheWindowWithoutSync) {
   std::string pattern;
   for (int i = 0; i < 4; ++i) {
     auto scope = acc.accumulate();
-    pattern += model->gradient_sync() ? 'S' : '.';
+    pattern += model->sharded().gradient_sync() ? 'S' : '.';
   }
   EXPECT_EQ(pattern, ".S.S");
 }
@@ -96,7 +96,7 @@ TEST(Accelerator, TheStepAveragesTheWindowAndSkipsInsideIt) {
   auto model = acc.prepare_model(tiny_model());
   nn::SGD opt(model->optimizer_parameters(), {.lr = 1.0});
   acc.prepare_optimizer(opt);
-  const Tensor before = model->full_state_dict()[0].second.clone();
+  const Tensor before = model->sharded().full_state_dict()[0].second.clone();
   Tensor x = Tensor::ones({1, 4}, DType::kF32);
   for (int i = 0; i < 2; ++i) {
     auto scope = acc.accumulate();
@@ -111,7 +111,7 @@ TEST(Accelerator, TheStepAveragesTheWindowAndSkipsInsideIt) {
     }
   }
   // Two identical micro-batches averaged: d(sum y)/dW = x = 1 for every weight: W -= 1.
-  const Tensor after = model->full_state_dict()[0].second;
+  const Tensor after = model->sharded().full_state_dict()[0].second;
   for (int64_t i = 0; i < after.numel(); ++i) {
     EXPECT_FLOAT_EQ(after.data<float>()[i], before.data<float>()[i] - 1.0f);
   }
@@ -166,35 +166,31 @@ TEST(Accelerator, ModelParallelBadUseIsAnError) {
   nn::GPT gpt(c);
   Generator gen(3);
   gpt.init_weights(gen);
-  auto pipe = acc.prepare_pipeline(gpt);  // one stage on one process
-  EXPECT_THAT([&] { acc.prepare_model(tiny_model()); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("a pipeline is already prepared")));
-  EXPECT_THAT([&] { acc.prepare_pipeline(gpt); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("one model (or pipeline)")));
-  EXPECT_THAT([&] { acc.clip_grad_norm_(*pipe, 1.0); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("run pipeline_step first")));
-  nn::AdamW opt(pipe->parameters(), {});
+  auto model = acc.prepare_model(std::make_shared<nn::GPT>(c));
+  model->sharded().load_full_state_dict(gpt.state_dict());
+  EXPECT_THAT([&] { model->pipeline(); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("not cut into pipeline stages")));
+  nn::AdamW opt(model->optimizer_parameters(), {});
   acc.prepare_optimizer(opt);
-  EXPECT_THAT([&] { acc.step(opt); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("run pipeline_step first")));
   Tensor ids = Tensor::zeros({1, 4}, DType::kI64);
   {
     auto scope = acc.accumulate();
-    EXPECT_THAT([&] { acc.pipeline_step(*pipe, {ids}, {ids}); },
+    EXPECT_THAT([&] { acc.train_step(*model, {ids}, {ids}); },
                 ::testing::ThrowsMessage<Error>(HasSubstr("call it outside accumulate()")));
   }
-  Accelerator other({}, one_rank());
-  auto foreign = other.prepare_pipeline(gpt);
-  EXPECT_THAT([&] { acc.pipeline_step(*foreign, {ids}, {ids}); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("not prepared by this Accelerator")));
-  // The right use: one window, a finite norm, a step.
-  const double loss = acc.pipeline_step(*pipe, {ids}, {ids});
+  EXPECT_THAT(
+      [&] {
+        acc.train_step(*model, {ids, ids}, {ids});
+      },
+      ::testing::ThrowsMessage<Error>(HasSubstr("expected the same count")));
+  // The right use: one window of two micro-batches, a finite norm, a step.
+  const double loss = acc.train_step(*model, {ids, ids}, {ids, ids});
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_TRUE(acc.sync_gradients());
-  EXPECT_TRUE(std::isfinite(acc.clip_grad_norm_(*pipe, 1.0)));
+  EXPECT_TRUE(std::isfinite(acc.clip_grad_norm_(*model, 1.0)));
   EXPECT_TRUE(acc.step(opt));
   // get_state_dict: the whole GPT under its names.
-  const NamedTensors state = acc.get_state_dict(*pipe);
+  const NamedTensors state = acc.get_state_dict(*model);
   std::set<std::string> names;
   for (auto& [name, t] : state) names.insert(name);
   for (auto& [name, p] : gpt.named_parameters()) {
@@ -205,14 +201,14 @@ TEST(Accelerator, ModelParallelBadUseIsAnError) {
 // ---- every accepted setting acts (docs/config.md, "What each key does") --------------------
 
 // One synced step of sum(model(x)) with SGD(lr 1); returns how far the weights moved (2-norm).
-double step_distance(Accelerator& acc, shard::ShardedModel& model, nn::Optimizer& opt) {
-  const Tensor before = model.full_state_dict()[0].second.clone();
+double step_distance(Accelerator& acc, PreparedModel& model, nn::Optimizer& opt) {
+  const Tensor before = model.sharded().full_state_dict()[0].second.clone();
   Tensor x = Tensor::full({1, 4}, 100.0, DType::kF32);
   Tensor y = model.forward(x);
   acc.backward(model, Tensor::ones(y.shape(), DType::kF32));
   EXPECT_TRUE(acc.step(opt));
   acc.zero_grad(opt);
-  const Tensor after = model.full_state_dict()[0].second;
+  const Tensor after = model.sharded().full_state_dict()[0].second;
   double d = 0;
   for (int64_t i = 0; i < after.numel(); ++i) {
     const double e = double(after.data<float>()[i]) - double(before.data<float>()[i]);
@@ -346,7 +342,7 @@ TEST(AcceleratorSettings, Zero3InitFlagBuildsTheModelOnTheMetaDevice) {
       acc.prepare_model(model, [](const std::string&, int64_t offset, int64_t count, float* dst) {
         for (int64_t i = 0; i < count; ++i) dst[i] = 0.5f + float(offset + i);
       });
-  const NamedTensors whole = sm->full_state_dict();
+  const NamedTensors whole = sm->sharded().full_state_dict();
   for (auto& [name, t] : whole) {
     for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], 0.5f + float(i));
   }

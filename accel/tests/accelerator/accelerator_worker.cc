@@ -199,7 +199,7 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
               acc.pp_degree());
   BRAID_CHECK((tp * pp > 1) == (acc.mesh() != nullptr), kInternal, "mesh()");
 
-  // The refusals: pp > 1 needs prepare_pipeline; tp > 1 needs a GPT.
+  // The refusal: tp > 1 or pp > 1 needs a model with a parallel plan (nn::CausalLM).
   const auto kind_of = [](const std::function<void()>& fn) {
     try {
       fn();
@@ -208,13 +208,10 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     }
     return ErrorKind::kInternal;  // no error
   };
-  if (pp > 1) {
-    BRAID_CHECK(kind_of([&] { acc.prepare_model(tiny_gpt()); }) == ErrorKind::kInvalidArgument,
-                kInternal, "prepare_model with pp_degree > 1 must refuse");
-  } else if (tp > 1) {
+  if (tp * pp > 1) {
     auto linear = std::make_shared<nn::Linear>(4, 4);
     BRAID_CHECK(kind_of([&] { acc.prepare_model(linear); }) == ErrorKind::kNotSupported, kInternal,
-                "prepare_model of a non-GPT with tp_degree > 1 must refuse");
+                "prepare_model of a model without a parallel plan with tp or pp > 1 must refuse");
   }
 
   // The loader is split over dp: the ranks of one dp index get the same samples.
@@ -238,79 +235,50 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
                 " rows, expected 2 x dp = ", 2 * dp);
   }
 
-  std::shared_ptr<shard::ShardedModel> model;
-  std::shared_ptr<shard::GPTPipeline> pipe;
-  if (pp > 1) {
-    pipe = acc.prepare_pipeline(*tiny_gpt(layers));
-    acc.print("pipeline: " + std::to_string(pipe->pipeline().shape().virtual_stages) +
-              " chunk(s) per rank, " +
-              std::string(shard::schedule_name(pipe->pipeline().shape().schedule)));
-  } else {
-    model = acc.prepare_model(tiny_gpt(layers));
+  // One prepared model and one training step for every layout.
+  auto model = acc.prepare_model(tiny_gpt(layers));
+  if (model->pipelined()) {
+    const shard::Pipeline& pipe = model->pipeline().pipeline();
+    acc.print("pipeline: " + std::to_string(pipe.shape().virtual_stages) + " chunk(s) per rank, " +
+              std::string(shard::schedule_name(pipe.shape().schedule)));
   }
-  nn::AdamW opt(pipe ? pipe->parameters() : model->optimizer_parameters(),
-                {.lr = 1e-2, .weight_decay = 0.1});
+  nn::AdamW opt(model->optimizer_parameters(), {.lr = 1e-2, .weight_decay = 0.1});
   acc.prepare_optimizer(opt);
-  accel::CrossEntropy ce = acc.cross_entropy();
   std::vector<Tensor> ids, labels;
   int64_t step = 0;
-  double loss_sum = 0;
   for (const Tree& batch : train) {
-    double norm = 0;
-    if (pipe) {
-      ids.push_back(batch.at("input_ids").tensor());
-      labels.push_back(batch.at("labels").tensor());
-      if (static_cast<int64_t>(ids.size()) < acc.gradient_accumulation_steps()) continue;
-      loss_sum = acc.pipeline_step(*pipe, ids, labels, &train) * double(ids.size());
-      ids.clear();
-      labels.clear();
-      norm = acc.clip_grad_norm_(*pipe, 0.05);
-    } else {
-      {
-        auto accumulate = acc.accumulate(train);
-        auto autocast = acc.autocast();
-        Tensor logits = model->forward(batch.at("input_ids").tensor());
-        loss_sum += ce.forward(logits, batch.at("labels").tensor()).item();
-        acc.backward(*model, ce.backward());
-      }
-      if (!acc.sync_gradients()) continue;
-      norm = acc.clip_grad_norm_(*model, 0.05);
-    }
+    ids.push_back(batch.at("input_ids").tensor());
+    labels.push_back(batch.at("labels").tensor());
+    if (static_cast<int64_t>(ids.size()) < acc.gradient_accumulation_steps()) continue;
+    const double loss = acc.train_step(*model, ids, labels);
+    ids.clear();
+    labels.clear();
+    const double norm = acc.clip_grad_norm_(*model, 0.05);
     acc.step(opt);
     acc.zero_grad(opt);
-    Tree mean = acc.reduce(
-        Tree(Tensor::full({1}, loss_sum / double(acc.gradient_accumulation_steps()), DType::kF64)));
+    Tree mean = acc.reduce(Tree(Tensor::full({1}, loss, DType::kF64)));
     char line[128];
     std::snprintf(line, sizeof line, "step %lld loss %.9g norm %.9g%s",
                   static_cast<long long>(step), mean.tensor().item(), norm,
                   acc.optimizer_step_was_skipped() ? " skipped" : "");
     acc.print(line);
-    loss_sum = 0;
     ++step;
   }
   BRAID_CHECK(step == steps, kInternal, step, " steps ran, expected ", steps);
   if (flag(a, "--save-load")) {
     // save_state, one more step, load_state: the model is back (every layout writes one
     // folder; a pipeline rank's chunks share it).
-    const NamedTensors before = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+    const NamedTensors before = acc.get_state_dict(*model);
     const auto dir = std::filesystem::path(out) / "state";
     acc.save_state(dir);
     Tree batch = nn::default_collate({TokenDataset(2).get(0), TokenDataset(2).get(1)});
     const int64_t M = acc.gradient_accumulation_steps();
-    if (pipe) {
-      acc.pipeline_step(*pipe, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
-                        std::vector<Tensor>(M, batch.at("labels").tensor()));
-    } else {
-      for (int64_t i = 0; i < M; ++i) {
-        auto accumulate = acc.accumulate();
-        ce.forward(model->forward(batch.at("input_ids").tensor()), batch.at("labels").tensor());
-        acc.backward(*model, ce.backward());
-      }
-    }
+    acc.train_step(*model, std::vector<Tensor>(M, batch.at("input_ids").tensor()),
+                   std::vector<Tensor>(M, batch.at("labels").tensor()));
     acc.step(opt);
     acc.zero_grad(opt);
     acc.load_state(dir);
-    const NamedTensors after = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+    const NamedTensors after = acc.get_state_dict(*model);
     BRAID_CHECK(before.size() == after.size(), kInternal, "load_state: tensor count");
     for (size_t i = 0; i < before.size(); ++i) {
       BRAID_CHECK(equal(before[i].second, after[i].second), kInternal,
@@ -318,7 +286,7 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     }
     acc.print("save_state / load_state restored the model");
   }
-  const NamedTensors state = pipe ? acc.get_state_dict(*pipe) : acc.get_state_dict(*model);
+  const NamedTensors state = acc.get_state_dict(*model);
   // Every parameter of the whole GPT, whole (lm_head.weight is wte's tied name).
   auto whole = tiny_gpt(layers);
   std::map<std::string, Shape> got;
@@ -327,11 +295,7 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     BRAID_CHECK(got.count(name) && got.at(name) == p.data().shape(), kInternal,
                 "get_state_dict: ", name, got.count(name) ? " is not whole" : " is missing");
   }
-  if (pipe) {
-    acc.save_model(*pipe, out);
-  } else {
-    acc.save_model(*model, out);
-  }
+  acc.save_model(*model, out);
   acc.print("parallel OK");
   return 0;
 }
@@ -512,9 +476,9 @@ int misc(const std::string& dir) {
   Tensor ids = Tensor::from_vector({1, 2, 3, 4}, {1, 4}, DType::kI64);
   {
     auto ns = acc.no_sync(*model);
-    BRAID_CHECK(!model->gradient_sync(), kInternal, "no_sync");
+    BRAID_CHECK(!model->sharded().gradient_sync(), kInternal, "no_sync");
   }
-  BRAID_CHECK(model->gradient_sync(), kInternal, "no_sync restores");
+  BRAID_CHECK(model->sharded().gradient_sync(), kInternal, "no_sync restores");
   ce.forward(model->forward(ids), ids);
   acc.backward(*model, ce.backward());
   acc.clip_grad_value_(*model, 1e-3);

@@ -14,6 +14,7 @@
 #include "braid/comm/process_group.h"
 #include "braid/comm/store.h"
 #include "braid/core/file_util.h"
+#include "braid/nn/gpt.h"
 #include "braid/shard/checkpoint.h"
 
 namespace braid::accel {

@@ -6,6 +6,7 @@
 
 #include "braid/core/allocator.h"
 #include "braid/core/error.h"
+#include "braid/nn/gpt.h"
 #include "braid/shard/memory.h"
 #include "memory_test_util.h"
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "braid/core/error.h"
+#include "braid/nn/gpt.h"
 #include "braid/shard/pipeline.h"
 
 namespace braid::shard {
@@ -367,7 +368,7 @@ TEST(PipelinePartition, UniformAndExplicitSplits) {
   cfg.n_embd = 16;
   cfg.n_layer = 6;
   cfg.n_head = 2;
-  const auto specs = partition_gpt(cfg, 3, {1, 3, 2});
+  const auto specs = partition_stages(*nn::make_meta<nn::GPT>(cfg), 3, {1, 3, 2});
   ASSERT_EQ(specs.size(), 3u);
   EXPECT_EQ(specs[0].first_block, 0);
   EXPECT_EQ(specs[0].end_block, 1);
@@ -377,20 +378,26 @@ TEST(PipelinePartition, UniformAndExplicitSplits) {
   EXPECT_EQ(specs[1].end_block, 4);
   EXPECT_TRUE(specs[2].head);
   EXPECT_EQ(specs[2].end_block, 6);
-  EXPECT_THROW(partition_gpt(cfg, 3, {1, 3}), Error);     // one count per stage
-  EXPECT_THROW(partition_gpt(cfg, 3, {1, 3, 3}), Error);  // must sum to n_layer
-  EXPECT_THROW(partition_gpt(cfg, 3, {3, 0, 3}), Error);  // a middle stage with nothing
-  EXPECT_NO_THROW(partition_gpt(cfg, 3, {0, 6, 0}));      // first and last hold more than blocks
-  EXPECT_THROW(partition_gpt(cfg, 9, {}), Error);         // 6 blocks cannot fill 7 middle stages
+  EXPECT_THROW(partition_stages(*nn::make_meta<nn::GPT>(cfg), 3, {1, 3}),
+               Error);  // one count per stage
+  EXPECT_THROW(partition_stages(*nn::make_meta<nn::GPT>(cfg), 3, {1, 3, 3}),
+               Error);  // must sum to n_layer
+  EXPECT_THROW(partition_stages(*nn::make_meta<nn::GPT>(cfg), 3, {3, 0, 3}),
+               Error);  // a middle stage with nothing
+  EXPECT_NO_THROW(partition_stages(*nn::make_meta<nn::GPT>(cfg), 3,
+                                   {0, 6, 0}));  // first and last hold more than blocks
+  EXPECT_THROW(partition_stages(*nn::make_meta<nn::GPT>(cfg), 9, {}),
+               Error);  // 6 blocks cannot fill 7 middle stages
 }
 
 TEST(PipelinePartition, GPT2SmallOnFourStagesBalancesTheEmbeddingAndTheHead) {
   nn::GPTConfig cfg;  // GPT-2 small: wte 38.6M, wpe 0.8M, blocks 7.1M each
-  const auto specs = partition_gpt(cfg, 4);
+  const auto specs = partition_stages(*nn::make_meta<nn::GPT>(cfg), 4);
   std::vector<int64_t> counts;
   for (auto& s : specs) counts.push_back(s.end_block - s.first_block);
   EXPECT_EQ(counts, (std::vector<int64_t>{0, 6, 6, 0}));
-  const auto uniform = partition_gpt(cfg, 4, {}, PartitionMethod::kUniform);
+  const auto uniform =
+      partition_stages(*nn::make_meta<nn::GPT>(cfg), 4, {}, PartitionMethod::kUniform);
   EXPECT_EQ(uniform[1].first_block, 3);
 }
 

@@ -187,7 +187,7 @@ std::map<std::string, Tensor> plain(int64_t M, int64_t steps) {
 }
 
 std::map<std::string, Tensor> piped(PipelineOptions o, int64_t steps, double* loss = nullptr) {
-  GPTPipeline pipe(config(), solo(), o);
+  CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), o);
   pipe.init_weights(Generator(42));
   nn::AdamW opt(pipe.parameters(), kAdam);
   for (int64_t s = 0; s < steps; ++s) {
@@ -252,7 +252,8 @@ TEST(PipelineOneRank, TwoChunksOnOneRankPassTheTiedGradientThroughLocalChannels)
 }
 
 TEST(PipelineOneRank, ReturnsTheMeanLossAndRecordsItsActions) {
-  GPTPipeline pipe(config(), solo(), {.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 2});
+  CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(),
+                        {.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 2});
   pipe.init_weights(Generator(42));
   auto gpt = whole_gpt();
   nn::CrossEntropyLoss ce;
@@ -275,7 +276,7 @@ TEST(PipelineOneRank, ReturnsTheMeanLossAndRecordsItsActions) {
 }
 
 TEST(PipelineOneRank, RejectsWrongInput) {
-  GPTPipeline pipe(config(), solo(), {.num_micro_batches = 2});
+  CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), {.num_micro_batches = 2});
   auto [x, y] = micro_batch(0, 0);
   try {
     pipe.step(std::vector<Tensor>{x}, std::vector<Tensor>{y});
@@ -314,7 +315,7 @@ TEST(PipelineOneRank, RejectsWrongInput) {
 TEST(PipelineOneRank, LossScaleScalesTheGradients) {
   auto [x, y] = micro_batch(0, 0);
   const auto grads_and_norm = [&](double scale) {
-    GPTPipeline pipe(config(), solo(), {.num_micro_batches = 2});
+    CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), {.num_micro_batches = 2});
     pipe.init_weights(Generator(42));
     pipe.pipeline().set_loss_scale(scale);
     pipe.step(x, y);

@@ -19,9 +19,9 @@
 // --bf16: every forward and backward under bf16 autocast; --checkpointing: every block
 // recomputes its forward in backward (GPTConfig::activation_checkpointing).
 // --tp T: tensor parallelism inside each stage (world = dp x pp x tp, mesh (dp, pp, tp); the
-// stages split by parallelize_gpt_stage, the loss vocab-parallel; --sp: sequence parallelism);
+// stages split by parallelize, the loss vocab-parallel; --sp: sequence parallelism);
 // each pp rank of dp replica 0 and tp rank 0 writes the stage's global tensors
-// (GPTPipeline::global_state_dict), compared with a tolerance: TP changes summation order.
+// (CausalLMPipeline::global_state_dict), compared with a tolerance: TP changes summation order.
 // --kill-rank R --kill-after F: world rank R SIGKILLs itself after F forwards of its first
 // chunk (mid-step); every rank then ignores the launcher's SIGTERM so the survivors report the
 // error they get (the launcher SIGKILLs them after its grace period).
@@ -184,7 +184,7 @@ int pipelined(const Opts& o) {
                            .transformer_cls_names_to_wrap = {"GPT2Block"}};
     }
   }
-  shard::GPTPipeline pipe(config(), mesh.group("pp"), opt);
+  shard::CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), mesh.group("pp"), opt);
   pipe.init_weights(Generator(42));
   const int rank = world->rank();
   if (rank == 0) {

@@ -1,9 +1,9 @@
 // Tensor parallelism in one process (docs/parallelism.md, "Tests"): slice arithmetic (global
 // runs of local elements, even splits, vocabulary padding) and its errors; the layer checks of
-// tp_scenarios.h on 2 and 3 thread ranks; parallelize_gpt's requirements; a parallelized GPT's
+// tp_scenarios.h on 2 and 3 thread ranks; parallelize's requirements; a parallelized GPT's
 // logits and gradients against the whole model's on 2 thread ranks, with and without sequence
-// parallelism; construction on the meta device; parallelize_gpt_stage (TP x PP) against
-// parallelize_gpt, and on the meta device; GPTPipeline with a tp group on one pp rank; the
+// parallelism; construction on the meta device; parallelize (TP x PP) against
+// parallelize, and on the meta device; CausalLMPipeline with a tp group on one pp rank; the
 // attention's dropout masks for a rank's heads. Training, DP x TP and checkpoints run as processes:
 // tp_worker / run_tp.sh.
 #include <gtest/gtest.h>
@@ -128,7 +128,7 @@ TEST(TensorParallelLayers, ArgumentErrors) {
   });
 }
 
-// Module::replace_module, which parallelize_gpt swaps layers with.
+// Module::replace_module, which parallelize swaps layers with.
 TEST(ReplaceModule, KeepsTheNameAndPlace) {
   nn::Module seq("M");
   seq.register_module("a", std::make_shared<nn::Linear>(2, 3));
@@ -158,16 +158,48 @@ nn::GPTConfig small_config() {
   return c;
 }
 
+// A plan is data: a style on the wrong kind of layer, and sequence parallelism for a plan
+// without a sequence form, are errors naming the module and the style; a rule that matches
+// nothing is skipped; "*" matches one name only.
+TEST(ParallelPlan, BadPlansAreErrorsAndPatternsMatchOneNamePerStar) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    nn::ParallelPlan wrong = nn::gpt_parallel_plan();
+    wrong.tensor_parallel.insert(wrong.tensor_parallel.begin(),
+                                 {"transformer.wte", nn::TensorParallelStyle::kColumnwise});
+    nn::GPT a(small_config());
+    expect_error([&] { parallelize(a, tp, wrong); }, ErrorKind::kInvalidArgument,
+                 "'transformer.wte' is a Embedding; the style 'colwise'");
+    nn::ParallelPlan no_sp = nn::gpt_parallel_plan();
+    no_sp.sequence_parallel.clear();
+    nn::GPT b(small_config());
+    expect_error([&] { parallelize(b, tp, no_sp, {.sequence_parallel = true}); },
+                 ErrorKind::kNotSupported, "has no sequence-parallel form");
+    // "transformer.*.c_attn" names nothing ('*' is one name: c_attn sits deeper) and a rule for
+    // a module the tree lacks is skipped: only the MLPs split.
+    nn::ParallelPlan narrow;
+    narrow.tensor_parallel = {{"transformer.*.c_attn", nn::TensorParallelStyle::kColumnwise},
+                              {"no.such.module", nn::TensorParallelStyle::kRowwise},
+                              {"transformer.h.*.mlp.c_fc", nn::TensorParallelStyle::kColumnwise},
+                              {"transformer.h.*.mlp.c_proj", nn::TensorParallelStyle::kRowwise}};
+    nn::GPT c(small_config());
+    auto plan = parallelize(c, tp, narrow);
+    EXPECT_EQ(plan->num_split(), 2u * 3u);  // 2 blocks: c_fc weight and bias, c_proj weight
+    EXPECT_EQ(dynamic_cast<TensorParallelLayer*>(
+                  c.get_submodule("transformer.h.0.attn").child("c_attn").get()),
+              nullptr);
+  });
+}
+
 TEST(ParallelizeGpt, Requirements) {
   on_ranks(3, [](std::shared_ptr<ProcessGroup> tp) {
     nn::GPT gpt(small_config());  // 4 heads
-    expect_error([&] { parallelize_gpt(gpt, tp); }, ErrorKind::kInvalidArgument,
+    expect_error([&] { parallelize(gpt, tp, gpt.parallel_plan()); }, ErrorKind::kInvalidArgument,
                  "n_head = 4 must be a multiple of the tensor-parallel size 3");
   });
   on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
     nn::GPT gpt(small_config());
-    parallelize_gpt(gpt, tp);
-    expect_error([&] { parallelize_gpt(gpt, tp); }, ErrorKind::kInvalidArgument,
+    parallelize(gpt, tp, gpt.parallel_plan());
+    expect_error([&] { parallelize(gpt, tp, gpt.parallel_plan()); }, ErrorKind::kInvalidArgument,
                  "parallelized already");
   });
 }
@@ -181,7 +213,7 @@ TEST(ParallelizeGpt, LogitsAndGradientsMatchTheWholeModel) {
       nn::GPT whole(cfg), gpt(cfg);
       whole.init_weights(g1);
       gpt.init_weights(g2);
-      auto plan = parallelize_gpt(gpt, tp, {.sequence_parallel = sp});
+      auto plan = parallelize(gpt, tp, gpt.parallel_plan(), {.sequence_parallel = sp});
       // wte (with the tied head), and per block c_attn w, b, c_proj w, c_fc w, b, c_proj w.
       EXPECT_EQ(plan->num_split(), 1u + 2u * 6u);
       Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
@@ -229,7 +261,9 @@ TEST(ParallelizeGpt, MetaInitGivesTheSlicesOfAWholeInit) {
       nn::InitEmptyWeights empty;
       gpt = std::make_shared<nn::GPT>(cfg);
     }
-    auto plan = parallelize_gpt(*gpt, tp, {.sequence_parallel = true, .init = &g2});
+    auto plan = parallelize(
+        *gpt, tp, gpt->parallel_plan(),
+        {.sequence_parallel = true, .init = nn::weights_init(nn::make_meta<nn::GPT>(cfg), g2)});
     const auto want = whole.named_parameters();
     const auto got = gpt->named_parameters();
     ASSERT_EQ(want.size(), got.size());
@@ -246,7 +280,7 @@ TEST(ParallelizeGpt, MetaInitGivesTheSlicesOfAWholeInit) {
 }
 
 // TP x PP: a GPT cut into two GPTStages (the head's weight a replica of wte on the second),
-// each split by parallelize_gpt_stage, computes the TP GPT's logits and gradients (f64); the
+// each split by parallelize, computes the TP GPT's logits and gradients (f64); the
 // replica's gradient plus the first stage's wte gradient is the tied weight's. Under sequence
 // parallelism the hidden state between the stages is this rank's T / tp positions.
 TEST(ParallelizeGptStage, TwoStagesMatchTheParallelizedGpt) {
@@ -268,13 +302,13 @@ TEST(ParallelizeGptStage, TwoStagesMatchTheParallelizedGpt) {
         }
         st->load_state_dict(part);
       }
-      auto plan = parallelize_gpt(gpt, tp, {.sequence_parallel = sp});
-      auto p0 = parallelize_gpt_stage(s0, tp, {.sequence_parallel = sp});
-      auto p1 = parallelize_gpt_stage(s1, tp, {.sequence_parallel = sp});
+      auto plan = parallelize(gpt, tp, gpt.parallel_plan(), {.sequence_parallel = sp});
+      auto p0 = parallelize(s0, tp, nn::gpt_parallel_plan(), {.sequence_parallel = sp});
+      auto p1 = parallelize(s1, tp, nn::gpt_parallel_plan(), {.sequence_parallel = sp});
       EXPECT_EQ(p0->num_split(), 1u + 6u);  // wte and one block
       EXPECT_EQ(p1->num_split(), 6u + 1u);  // one block and the head's replica
-      expect_error([&] { parallelize_gpt_stage(s1, tp); }, ErrorKind::kInvalidArgument,
-                   "parallelized already");
+      expect_error([&] { parallelize(s1, tp, nn::gpt_parallel_plan()); },
+                   ErrorKind::kInvalidArgument, "parallelized already");
       Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
       Generator data(4);
       data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
@@ -319,7 +353,9 @@ TEST(ParallelizeGptStage, MetaInitGivesTheSlicesOfAWholeInit) {
       nn::InitEmptyWeights empty;
       stage = std::make_shared<nn::GPTStage>(cfg, spec);
     }
-    auto plan = parallelize_gpt_stage(*stage, tp, {.sequence_parallel = true, .init = &gen});
+    auto plan = parallelize(
+        *stage, tp, nn::gpt_parallel_plan(),
+        {.sequence_parallel = true, .init = nn::weights_init(nn::make_meta<nn::GPT>(cfg), gen)});
     const auto want = whole.named_parameters();
     const auto got = stage->named_parameters();
     ASSERT_EQ(want.size(), got.size());
@@ -335,11 +371,11 @@ TEST(ParallelizeGptStage, MetaInitGivesTheSlicesOfAWholeInit) {
   });
 }
 
-// GPTPipeline with tp_group on a one-rank pipeline of two chunks (local channels), on 2 tp
+// CausalLMPipeline with tp_group on a one-rank pipeline of two chunks (local channels), on 2 tp
 // thread ranks: init_weights and load_state_dict give the slices of the whole GPT (read back
 // whole by global_state_dict), and a step gives the gradients of the TP GPT's gradient
 // accumulation, bit for bit (the head's gradient per micro-batch).
-TEST(ParallelizeGptStage, GPTPipelineMatchesTheParallelizedGpt) {
+TEST(ParallelizeGptStage, CausalLMPipelineMatchesTheParallelizedGpt) {
   on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
     std::shared_ptr<ProcessGroup> pp;
     for (int r = 0; r < tp->size(); ++r) {
@@ -357,7 +393,7 @@ TEST(ParallelizeGptStage, GPTPipelineMatchesTheParallelizedGpt) {
                         .virtual_stages = 2,
                         .tied_grad_sync = TiedGradSync::kPerMicroBatch};
     opt.tp_group = tp;
-    GPTPipeline pipe(cfg, pp, opt);
+    CausalLMPipeline pipe(nn::make_meta<nn::GPT>(cfg), pp, opt);
     ASSERT_NE(pipe.plan(0), nullptr);
     tp_testing::Failures f;
     const auto check_whole = [&](const std::string& when) {
@@ -374,7 +410,7 @@ TEST(ParallelizeGptStage, GPTPipelineMatchesTheParallelizedGpt) {
     pipe.load_state_dict(whole);
     check_whole("load_state_dict");
 
-    parallelize_gpt(gpt, tp);
+    parallelize(gpt, tp, gpt.parallel_plan());
     VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
     std::vector<Tensor> xs, ys;
     double loss = 0;

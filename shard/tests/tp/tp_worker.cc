@@ -6,7 +6,7 @@
 //                   [--checkpointing] [--bf16] [--overlap] [--steps N] [--G G] [--save-at K DIR]
 //                   [--resume DIR --start K] [--tol X]
 //       a DeviceMesh (dp = WORLD_SIZE / T, tp = T); a small GPT split over tp (T > 1:
-//       parallelize_gpt) and, unless --stage none, wrapped by a ShardedModel over dp at that
+//       parallelize) and, unless --stage none, wrapped by a ShardedModel over dp at that
 //       ZeRO stage. Every rank first trains the same GPT in one process on the same global
 //       batch (the reference), then the parallel run; each step's loss and clipped norm, and
 //       at the end every parameter (this rank's slice of the reference's), must agree within
@@ -136,7 +136,7 @@ int train(const Opts& o) {
   Generator init(42);
   gpt->init_weights(init);
   std::shared_ptr<TensorParallelPlan> plan;
-  if (o.tp > 1) plan = parallelize_gpt(*gpt, tp, {.sequence_parallel = o.sp});
+  if (o.tp > 1) plan = parallelize(*gpt, tp, gpt->parallel_plan(), {.sequence_parallel = o.sp});
   std::unique_ptr<ShardedModel> sm;
   if (o.stage != "none") {
     ShardingOptions so;

@@ -4,7 +4,7 @@
 // schedulers, data loaders, GradScaler and trackers.
 //
 //   braid::accel::Accelerator acc(cfg);                 // the launcher's ranks
-//   auto model = acc.prepare_model(gpt);                // ShardedModel from the config's plugin
+//   auto model = acc.prepare_model(gpt);                // PreparedModel from the config's plugin
 //   braid::nn::AdamW opt(model->optimizer_parameters(), {.lr = 3e-4});
 //   acc.prepare_optimizer(opt);
 //   braid::nn::DataLoader train = acc.prepare_data_loader(loader);
@@ -28,10 +28,11 @@
 // DDP's average over processes. It runs once per window, lazily, before clipping or the step.
 //
 // Tensor and pipeline parallelism (tp_degree / pp_degree of the plan; docs/accelerator.md):
-// the processes form a mesh (dp, pp, tp); a GPT prepared with prepare_model is split over tp
-// (its logits are this rank's vocabulary columns: use cross_entropy()), and with pp > 1
-// prepare_pipeline cuts it into stages whose step runs every micro-batch of the window
-// (pipeline_step, Accelerate's Megatron-LM train step). Data is split over dp only.
+// the processes form a mesh (dp, pp, tp); a causal LM (nn::CausalLM, any family) prepared with
+// prepare_model is split over tp by its own ParallelPlan (its logits are this rank's
+// vocabulary columns: use cross_entropy()), and with pp > 1 cut into stages whose step runs
+// every micro-batch of the window (train_step, Accelerate's Megatron-LM train step). Data is
+// split over dp only. Every layout gives one PreparedModel (prepared_model.h).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +44,7 @@
 #include <vector>
 
 #include "braid/accel/config.h"
+#include "braid/accel/prepared_model.h"
 #include "braid/accel/progress.h"
 #include "braid/accel/trackers.h"
 #include "braid/amp/autocast.h"
@@ -69,7 +71,7 @@ struct Checkpointable {
   std::function<void(const std::string&)> load_state_json;
 };
 
-// The language-model loss of a prepared GPT: nn::CrossEntropyLoss, or under tensor
+// The language-model loss of a prepared causal LM: nn::CrossEntropyLoss, or under tensor
 // parallelism shard::VocabParallelCrossEntropy over the tp group (the logits are this rank's
 // vocabulary columns; the loss and the targets are the same on every tp rank).
 class CrossEntropy {
@@ -122,31 +124,33 @@ class Accelerator {
   std::shared_ptr<ProcessGroup> process_group() const { return pg_; }
 
   // ---- prepare ----
-  // Wraps the model in a ShardedModel with the config's sharding plan (stage, wrap policy,
-  // MixedPrecision, prefetch, HSDP, offload_param, DDP kwargs), turning on activation
-  // checkpointing of its units when the plugin asks. `param_init`: for a model built on the
-  // meta device (init_on_meta; ShardingOptions::param_init).
-  // With tp_degree > 1 the model must be an nn::GPT holding its whole initialized values on
-  // every rank (the same on all): it is split over the tp group (shard::parallelize_gpt;
-  // sequence_parallel from the plan) and sharded over dp. pp_degree > 1: prepare_pipeline.
-  std::shared_ptr<shard::ShardedModel> prepare_model(
+  // Prepares the model for the config's layout (prepared_model.h): a ShardedModel with the
+  // sharding plan (stage, wrap policy, MixedPrecision, prefetch, HSDP, offload_param, DDP
+  // kwargs), turning on activation checkpointing of its units when the plugin asks.
+  // `param_init`: for a model built on the meta device (model_init_context; the whole values
+  // of a parameter's elements by name, e.g. CausalLM::init_weights_range bound to a
+  // generator): each rank fills only its shards and slices. Without it the model holds its
+  // whole initialized values on every rank (the same on all).
+  // tp_degree > 1 or pp_degree > 1: the model must be an nn::CausalLM (kNotSupported naming
+  // its type otherwise). tp: split over the tp group by its parallel_plan() (shard::parallelize;
+  // sequence_parallel from the plan), then sharded over dp. pp: cut into pp_degree stages
+  // (shard::CausalLMPipeline, 1F1B; interleaved with num_layers_per_virtual_pipeline_stage),
+  // each stage split over tp and sharded over dp; num_micro_batches per step: the plan's, else
+  // gradient_accumulation_steps, which gradient_accumulation_steps() returns after.
+  // fp16: the GradScaler scales the last stage's loss gradient (Pipeline::set_loss_scale).
+  // One pipeline, or any number of other models, per Accelerator.
+  std::shared_ptr<PreparedModel> prepare_model(
       std::shared_ptr<nn::Layer> model,
       std::function<void(const std::string&, int64_t, int64_t, float*)> param_init = {});
   // zero3_init_flag (DeepSpeed stage 3) and fsdp_cpu_ram_efficient_loading: a scope in which
   // the model is built on the meta device (nn::InitEmptyWeights; DeepSpeed's
   // zero3_init_context_manager), so no rank ever holds it whole: give prepare_model a
-  // param_init (e.g. GPT::init_weights_range) that fills each rank's shards. Null when the
+  // param_init (e.g. CausalLM::init_weights_range) that fills each rank's shards. Null when the
   // configuration does not ask for it (the model is built as usual).
-  //   std::shared_ptr<nn::GPT> gpt;
-  //   { auto scope = acc.model_init_context(); gpt = std::make_shared<nn::GPT>(cfg); }
+  //   std::shared_ptr<nn::CausalLM> model;
+  //   { auto scope = acc.model_init_context(); model = build_model(cfg); }
   std::unique_ptr<nn::InitEmptyWeights> model_init_context() const;
-  // pp_degree >= 1: the GPT cut into pp_degree stages (shard::GPTPipeline, 1F1B) over the pp
-  // group, each stage split over tp and sharded over dp with the plan's options, loaded from
-  // `gpt`'s values (the same whole model on every rank). num_micro_batches per step: the
-  // plan's, else gradient_accumulation_steps; gradient_accumulation_steps() returns it after.
-  // fp16: the GradScaler scales the last stage's loss gradient (Pipeline::set_loss_scale).
-  std::shared_ptr<shard::GPTPipeline> prepare_pipeline(nn::GPT& gpt);
-  // The loss for the prepared GPT (vocab-parallel under tp_degree > 1).
+  // The loss for the prepared causal LM (vocab-parallel under tp_degree > 1).
   CrossEntropy cross_entropy(nn::CrossEntropyOptions options = {}) const;
   // The optimizer built on prepare_model(...)->optimizer_parameters(): applies the plugin's
   // optimizer offload and registers it for step / save_state. One optimizer per Accelerator.
@@ -203,31 +207,32 @@ class Accelerator {
     shard::ShardedModel* model_;
     bool previous_;
   };
-  NoSyncScope no_sync(shard::ShardedModel& model);
+  NoSyncScope no_sync(PreparedModel& model);
 
   // Accelerator.backward: the model's backward of the loss gradient (times the GradScaler's
-  // scale with fp16). Returns the input's gradient.
-  Tensor backward(shard::ShardedModel& model, const Tensor& grad_of_loss);
+  // scale with fp16). Returns the input's gradient. Not for a pipeline (train_step).
+  Tensor backward(PreparedModel& model, const Tensor& grad_of_loss);
   // The window's gradient: finish_gradients once (the mean over the window's micro-batches
   // and the processes), unscaled by the GradScaler with fp16. Called by clip_grad_norm_,
   // clip_grad_value_ and step; idempotent within a window.
-  void finish_gradients(shard::ShardedModel& model);
-  // The global 2-norm over every rank's shard (ShardedModel::clip_grad_norm_), after
-  // finish_gradients. Returns the norm before clipping.
-  double clip_grad_norm_(shard::ShardedModel& model, double max_norm);
+  void finish_gradients(PreparedModel& model);
+  // The global 2-norm of the whole model's gradient over every dp shard, tp slice and pipeline
+  // stage (ShardedModel::clip_grad_norm_, Pipeline::clip_grad_norm_), after finish_gradients.
+  // Returns the norm before clipping.
+  double clip_grad_norm_(PreparedModel& model, double max_norm);
   // Every gradient element clamped to [-clip_value, clip_value].
-  void clip_grad_value_(shard::ShardedModel& model, double clip_value);
+  void clip_grad_value_(PreparedModel& model, double clip_value);
 
-  // A pipeline's optimizer step's forwards and backwards (Accelerate's Megatron-LM
-  // train_step): ids[m] / labels[m] for the num_micro_batches micro-batches of this dp rank,
-  // run by the schedule under autocast(); the gradients are then finished (the mean over
-  // micro-batches and dp ranks). Ends a window (sync_gradients() true). Returns the mean loss.
-  // `loader`: where the micro-batches came from (kept for the call's shape; a prepared loader
-  // counts its own batches for save_state).
-  double pipeline_step(shard::GPTPipeline& pipeline, const std::vector<Tensor>& ids,
-                       const std::vector<Tensor>& labels, const nn::DataLoader* loader = nullptr);
-  // The global 2-norm over every stage, tp slice and dp shard (Pipeline::clip_grad_norm_).
-  double clip_grad_norm_(shard::GPTPipeline& pipeline, double max_norm);
+  // One optimizer step's forwards and backwards for a causal LM, whatever the layout
+  // (Megatron-LM's train_step, which Accelerate's Megatron integration calls): ids[m] /
+  // labels[m] for the micro-batches of this dp rank's window, each run under autocast() with
+  // cross_entropy()'s loss: one after another with the gradient sync on the last (no
+  // pipeline; any count >= 1), or by the pipeline's schedule (exactly its num_micro_batches).
+  // The gradients are then finished (the mean over the micro-batches and dp ranks). Ends a
+  // window (sync_gradients() true); call it outside accumulate(). Returns the mean loss over
+  // the micro-batches.
+  double train_step(PreparedModel& model, const std::vector<Tensor>& ids,
+                    const std::vector<Tensor>& labels);
   // The optimizer step (through the GradScaler with fp16: skipped when any rank found Inf /
   // NaN), then after_step of every prepared model (and pipeline). Only when sync_gradients();
   // returns whether the optimizer stepped.
@@ -262,7 +267,7 @@ class Accelerator {
   void on_local_main_process(const std::function<void()>& fn);
 
   // ---- models and states ----
-  nn::Layer& unwrap_model(shard::ShardedModel& model) { return model.module(); }
+  nn::Layer& unwrap_model(PreparedModel& model) { return model.module(); }
   void register_for_checkpointing(Checkpointable object);
   // save_state: the model and optimizer as a sharded checkpoint (model/, loads at any world
   // size and stage), scheduler, GradScaler and every rank's RNG state in its index, data
@@ -286,15 +291,12 @@ class Accelerator {
   ResumePosition resumed_position(size_t loader_index = 0) const;
   // save_model: every parameter whole (f32 masters), written by the main process as
   // model.safetensors, or shards + model.safetensors.index.json beyond max_shard_size.
-  void save_model(shard::ShardedModel& model, const std::filesystem::path& dir,
-                  std::string_view max_shard_size = "10GB");
-  void save_model(shard::GPTPipeline& pipeline, const std::filesystem::path& dir,
+  void save_model(PreparedModel& model, const std::filesystem::path& dir,
                   std::string_view max_shard_size = "10GB");
   // Accelerate's get_state_dict: every parameter whole (f32 masters; tp slices gathered; a
   // pipeline's stages from their ranks) on every process, under the model's state_dict()
   // names. Collective.
-  NamedTensors get_state_dict(shard::ShardedModel& model);
-  NamedTensors get_state_dict(shard::GPTPipeline& pipeline);
+  NamedTensors get_state_dict(PreparedModel& model);
 
   // ---- randomness ----
   void set_seed(uint64_t seed, bool device_specific = false);
@@ -336,6 +338,16 @@ class Accelerator {
   // What save_state / load_state write and read, one folder per entry: each prepared model, or
   // the pipeline rank's chunks together.
   std::vector<std::vector<shard::ShardedModel*>> checkpointed_models(const char* what) const;
+  // The pipeline's parts of prepare_model, train_step, get_state_dict.
+  void prepare_pipeline(
+      PreparedModel& out, std::shared_ptr<nn::CausalLM> model,
+      const std::function<void(const std::string&, int64_t, int64_t, float*)>& param_init);
+  double pipeline_step(shard::CausalLMPipeline& pipeline, const std::vector<Tensor>& ids,
+                       const std::vector<Tensor>& labels);
+  NamedTensors pipeline_state_dict(shard::CausalLMPipeline& pipeline);
+  NamedTensors sharded_state_dict(shard::ShardedModel& model);
+  void save_sharded_model(shard::ShardedModel& model, const std::filesystem::path& dir,
+                          std::string_view max_shard_size);
 
   AcceleratorConfig config_;
   ShardingPlan plan_;
@@ -344,9 +356,10 @@ class Accelerator {
   std::shared_ptr<ProcessGroup> pg_;
   std::shared_ptr<shard::DeviceMesh> mesh_;  // (dp, pp, tp) with model parallelism
   std::shared_ptr<ProcessGroup> dp_;         // the data-parallel group (pg_ without a mesh)
-  int64_t vocab_size_ = 0;                   // of the prepared GPT (vocab-parallel loss)
-  std::vector<std::shared_ptr<shard::ShardedModel>> models_;
-  std::shared_ptr<shard::GPTPipeline> pipeline_;
+  int64_t vocab_size_ = 0;                   // of the prepared causal LM (vocab-parallel loss)
+  std::vector<std::shared_ptr<PreparedModel>> prepared_;      // in order of prepare_model
+  std::vector<std::shared_ptr<shard::ShardedModel>> models_;  // theirs without a pipeline
+  std::shared_ptr<shard::CausalLMPipeline> pipeline_;
   nn::Optimizer* optimizer_ = nullptr;
   nn::LRScheduler* scheduler_ = nullptr;
   std::unique_ptr<amp::GradScaler> scaler_;

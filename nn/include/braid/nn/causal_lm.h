@@ -12,9 +12,11 @@
 //   auto stage = model->make_stage({.first_block = 0, .end_block = 6, .embedding = true});
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 #include "braid/core/rng.h"
 #include "braid/nn/module.h"
@@ -130,5 +132,31 @@ class CausalLM : public Layer {
   // transformers' config.json for this model (save_model writes it beside the weights).
   virtual std::string hf_config_json() const = 0;
 };
+
+// The whole values of elements [offset, offset + count) of a parameter, by its name in the
+// model (ShardingOptions::param_init's and TensorParallelOptions::init's signature).
+using ParamInit =
+    std::function<void(const std::string& name, int64_t offset, int64_t count, float* dst)>;
+// reference->init_weights_range bound to `gen`'s seed and offset (the state init_weights would
+// start from; the Philox stream is positional, so that is all a range's values depend on).
+// `reference` keeps the whole (unsplit) shapes: a model built on the meta device (make_meta), not
+// the one being split.
+ParamInit weights_init(std::shared_ptr<const CausalLM> reference, const Generator& gen);
+
+// A model built on the meta device (InitEmptyWeights: no memory) without advancing the default
+// generator, which the layers' constructors draw from: a prototype for a pipeline or a
+// reference for weights_init.
+template <typename M, typename... Args>
+std::shared_ptr<M> make_meta(Args&&... args) {
+  Generator& dflt = default_generator(kCPU);
+  const std::vector<uint8_t> state = dflt.get_state();
+  std::shared_ptr<M> out;
+  {
+    InitEmptyWeights empty;
+    out = std::make_shared<M>(std::forward<Args>(args)...);
+  }
+  dflt.set_state(state);
+  return out;
+}
 
 }  // namespace braid::nn

@@ -62,7 +62,7 @@ struct GPTConfig {
 // [B, T, d] -> [B, T, d].
 //
 // The sub-layers are looked up by name on every pass, so tensor parallelism
-// (shard::parallelize_gpt) can swap them for parallel ones with Module::replace_module.
+// (shard::parallelize) can swap them for parallel ones with Module::replace_module.
 class CausalSelfAttention : public Layer, public AttentionHeads {
  public:
   explicit CausalSelfAttention(const GPTConfig& cfg);
@@ -196,6 +196,9 @@ class GPTStage : public CausalLMStage {
   StageSpec spec_;
   std::shared_ptr<Module> transformer_, h_;  // containers (never replaced)
 };
+
+// GPT::parallel_plan() without a model (the plan of any GPT: a pipeline stage's too).
+const ParallelPlan& gpt_parallel_plan();
 
 // ---- Hugging Face folders (save_pretrained / from_pretrained) ----------------------------------
 

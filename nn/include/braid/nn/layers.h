@@ -118,6 +118,9 @@ class LayerNorm : public Layer {
                      DType dtype = DType::kF32);
   Parameter& weight() { return param("weight"); }
   Parameter& bias() { return param("bias"); }
+  int64_t dim() const { return dim_; }
+  double eps() const { return eps_; }
+  bool has_bias() const { return has_bias_; }
 
  protected:
   Tensor forward_impl(const Tensor& x) override;

@@ -138,6 +138,7 @@ class Module {
   std::vector<std::pair<std::string, Module*>> named_modules();
   // The sub-module at a dotted path ("transformer.h.0"); "" is this one. Throws kOutOfRange.
   Module& get_submodule(std::string_view path);
+  const Module& get_submodule(std::string_view path) const;
 
   // Counts elements; tied parameters once. only_trainable: requires_grad ones.
   int64_t num_parameters(bool only_trainable = false) const;

@@ -134,7 +134,7 @@ struct ShardingOptions {
   // of the first pass. At most one unit ahead is gathered (limit_all_gathers).
   bool forward_prefetch = true;
   bool backward_prefetch = true;
-  // Tensor parallelism (tensor_parallel.h): the plan parallelize_gpt returned for the model,
+  // Tensor parallelism (tensor_parallel.h): the plan parallelize returned for the model,
   // whose parameters are then this rank's TP slices. Checkpoints hold the global tensors (each
   // slice's runs written at their global offsets, replicated parameters by tp rank 0 only), so
   // they load at any TP size; clip_grad_norm_ counts the split gradients across tp and the

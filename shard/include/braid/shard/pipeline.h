@@ -9,8 +9,8 @@
 //
 //   DeviceMesh mesh(world, {2, 2}, {"dp", "pp"});
 //   PipelineOptions opt{.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 4};
-//   GPTPipeline pipe(cfg, mesh.group("pp"), opt);     // this rank's stages of the GPT
-//   pipe.init_weights(gen);                           // the bits of GPT::init_weights
+//   CausalLMPipeline pipe(model, mesh.group("pp"), opt);  // this rank's stages of any CausalLM
+//   pipe.init_weights(gen);                               // the bits of model->init_weights
 //   nn::AdamW adam(pipe.parameters(), {.lr = 3e-4});
 //   double loss = pipe.step(ids, labels);             // M micro-batches: forward + backward
 //   adam.step();  adam.zero_grad();  pipe.after_step();
@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,7 +34,7 @@
 
 #include "braid/comm/process_group.h"
 #include "braid/core/rng.h"
-#include "braid/nn/gpt.h"
+#include "braid/nn/causal_lm.h"
 #include "braid/nn/loss.h"
 #include "braid/nn/module.h"
 #include "braid/shard/fsdp.h"
@@ -140,12 +141,14 @@ std::vector<int64_t> balance_stages(const std::vector<int64_t>& block_params, in
                                     int64_t last_extra, int64_t num_stages,
                                     PartitionMethod method = PartitionMethod::kParameters);
 
-// The GPT's stages: stage 0 with the embedding, stage S - 1 with ln_f and the head.
-// blocks_per_stage: S counts summing to n_layer (MegatronLMPlugin's explicit pipeline split);
-// empty: balance_stages(method).
-std::vector<nn::StageSpec> partition_gpt(const nn::GPTConfig& cfg, int64_t num_stages,
-                                         const std::vector<int64_t>& blocks_per_stage = {},
-                                         PartitionMethod method = PartitionMethod::kParameters);
+// A model's stages: stage 0 with the embedding, stage S - 1 with the head (its plan's cut
+// points: the blocks of ParallelPlan::blocks). blocks_per_stage: S counts summing to
+// num_blocks() (MegatronLMPlugin's explicit pipeline split); empty: balance_stages(method)
+// over the blocks' parameter counts, the embedding's and the head's counted on stages built
+// on the meta device. The model may itself be on the meta device.
+std::vector<nn::StageSpec> partition_stages(const nn::CausalLM& model, int64_t num_stages,
+                                            const std::vector<int64_t>& blocks_per_stage = {},
+                                            PartitionMethod method = PartitionMethod::kParameters);
 
 // ---- the runtime -------------------------------------------------------------------------------
 
@@ -169,10 +172,10 @@ struct PipelineOptions {
   // MegatronLMPlugin num_micro_batches: M. The batch given to step() is cut in M.
   int64_t num_micro_batches = 1;
   // Chunks per rank (interleaved 1F1B). MegatronLMPlugin's
-  // num_layers_per_virtual_pipeline_stage = L gives v = n_layer / (p L) (GPTPipeline).
+  // num_layers_per_virtual_pipeline_stage = L gives v = blocks / (p L) (CausalLMPipeline).
   int64_t virtual_stages = 1;
   int64_t num_layers_per_virtual_pipeline_stage = 0;  // 0: use virtual_stages
-  // GPTPipeline's partition: explicit blocks per stage (p v counts), else `partition`.
+  // CausalLMPipeline's partition: explicit blocks per stage (p v counts), else `partition`.
   std::vector<int64_t> blocks_per_stage{};
   PartitionMethod partition = PartitionMethod::kParameters;
   // The loss on the last stage, per micro-batch; step() returns the mean over micro-batches.
@@ -190,12 +193,16 @@ struct PipelineOptions {
   // with mesh.group("pp") the pipeline's group, so activations travel between ranks of the
   // same tp and dp coordinates); null: none. The last stage's loss is then a
   // VocabParallelCrossEntropy over tp_group (with `loss`'s ignore_index, reduction and label
-  // smoothing, and vocab_size). GPTPipeline splits its stages with parallelize_gpt_stage
-  // and `tensor_parallel`; with dp_group each chunk's ShardedModel gets the chunk's plan as
-  // ShardingOptions::tensor_parallel (set sharding.checkpoint_group to the dp x tp group).
+  // smoothing, and vocab_size). CausalLMPipeline splits its stages with parallelize (the
+  // model's plan) and `tensor_parallel`; with dp_group each chunk's ShardedModel gets the chunk's
+  // plan as ShardingOptions::tensor_parallel (set sharding.checkpoint_group to the dp x tp group).
   std::shared_ptr<ProcessGroup> tp_group{};
   TensorParallelOptions tensor_parallel{};
-  int64_t vocab_size = 0;  // the true vocabulary for the vocab-parallel loss (GPTPipeline: cfg's)
+  int64_t vocab_size = 0;  // the true vocabulary for the vocab-parallel loss (CausalLMPipeline:
+                           // the model's)
+  // CausalLMPipeline: every block of every stage recomputes its forward in backward
+  // (Layer::set_checkpointing).
+  bool activation_checkpointing = false;
 };
 
 // Busy and idle time of one rank in the last step (steady clock): total runs from entering
@@ -280,25 +287,33 @@ class Pipeline {
   std::unique_ptr<Impl> impl_;
 };
 
-// The GPT cut into stages (partition_gpt over p v stages) on this pp rank, run by a Pipeline
-// with the tied embedding handled as docs/parallelism.md says.
-class GPTPipeline {
+// A causal LM cut into stages (partition_stages over p v stages, CausalLM::make_stage) on
+// this pp rank, run by a Pipeline with a tied embedding handled as docs/parallelism.md says.
+// `model` is the prototype the stages are made from (its configuration, and init_weights_range
+// for init_weights); it may be on the meta device, and its values are not taken: load them
+// with load_state_dict or init_weights.
+class CausalLMPipeline {
  public:
-  GPTPipeline(const nn::GPTConfig& cfg, std::shared_ptr<ProcessGroup> pp, PipelineOptions options);
-
-  // Every rank passes the same generator state: each stage gets the values GPT::init_weights
-  // gives its parameters (GPTStage::init_weights; f32). With dp_group the values go through
-  // ShardedModel::load_full_state_dict.
+  CausalLMPipeline(std::shared_ptr<const nn::CausalLM> model, std::shared_ptr<ProcessGroup> pp,
+                   PipelineOptions options);
+  // Every rank passes the same generator state: each stage gets the values the model's
+  // init_weights gives its parameters (CausalLMStage::init_weights; f32). With dp_group the
+  // values go through ShardedModel::load_full_state_dict.
   void init_weights(const Generator& gen);
-  // Loads a whole GPT's state dict (GPT::state_dict() names): each stage takes its part, the
-  // replica takes lm_head.weight (= wte). Every rank passes the same values. With tp_group
-  // each rank keeps its slices of them.
+  // The same from any initializer of whole values by parameter name (ShardingOptions::
+  // param_init's signature; e.g. the model's init_weights_range bound to a generator, for a
+  // model built on the meta device): one whole stage at a time is built, filled, split over tp
+  // and loaded.
+  using ParamInit = std::function<void(const std::string&, int64_t, int64_t, float*)>;
+  void init_from(const ParamInit& init);
+  // Loads a whole model's state dict (the model's names): each stage takes its part, a tied
+  // replica takes the embedding's. Every rank passes the same values. With tp_group each rank
+  // keeps its slices of them.
   void load_state_dict(const NamedTensors& state);
-  // This rank's stages' parameters under the GPT's names as global (unsplit) tensors, the
+  // This rank's stages' parameters under the model's names as global (unsplit) tensors, the
   // replica left out: state_dict() with every split parameter gathered over tp_group (padding
   // dropped). Collective over dp_group and tp_group. Without tp_group: state_dict().
   NamedTensors global_state_dict();
-
   double step(const std::vector<Tensor>& ids, const std::vector<Tensor>& labels) {
     return pipeline_->step(ids, labels);
   }
@@ -306,19 +321,23 @@ class GPTPipeline {
   std::vector<nn::Parameter> parameters() const { return pipeline_->parameters(); }
   void after_step() { pipeline_->after_step(); }
   NamedTensors state_dict() { return pipeline_->state_dict(); }
-
-  const std::vector<nn::StageSpec>& stage_specs() const { return specs_; }  // every stage
-  std::vector<std::shared_ptr<nn::GPTStage>>& stages() { return stages_; }  // this rank's
+  const nn::CausalLM& model() const { return *model_; }
+  const std::vector<nn::StageSpec>& stage_specs() const { return specs_; }       // every stage
+  std::vector<std::shared_ptr<nn::CausalLMStage>>& stages() { return stages_; }  // this rank's
   Pipeline& pipeline() { return *pipeline_; }
-  // With tp_group: chunk c's plan (parallelize_gpt_stage); null otherwise.
+  // With tp_group: chunk c's plan (parallelize); null otherwise.
   std::shared_ptr<const TensorParallelPlan> plan(int64_t c) const;
 
  private:
-  // A whole (unsplit) stage's values as this rank's state dict of that stage: `whole` is split
-  // in place with parallelize_gpt_stage when tp_group is set.
-  NamedTensors local_state(nn::GPTStage& whole) const;
+  // A fresh whole (unsplit) stage like `like`, built without advancing the default generator.
+  std::shared_ptr<nn::CausalLMStage> whole_stage(const nn::CausalLMStage& like) const;
+  // A whole stage's values as this rank's state dict of that stage: `whole` is split in place
+  // with parallelize when tp_group is set.
+  NamedTensors local_state(nn::CausalLMStage& whole) const;
+  std::shared_ptr<const nn::CausalLM> model_;
+  bool checkpointing_ = false;
   std::vector<nn::StageSpec> specs_;
-  std::vector<std::shared_ptr<nn::GPTStage>> stages_;
+  std::vector<std::shared_ptr<nn::CausalLMStage>> stages_;
   std::shared_ptr<ProcessGroup> tp_;
   TensorParallelOptions tp_options_;
   std::vector<std::shared_ptr<const TensorParallelPlan>> plans_;

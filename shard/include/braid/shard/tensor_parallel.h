@@ -2,17 +2,17 @@
 // Tensor parallelism (Megatron-LM's tensor_parallel; torch.distributed.tensor.parallel):
 // layers whose weights are split over the ranks of a tp group, each with its forward's and
 // backward's collectives written out; vocab-parallel cross-entropy; sequence parallelism;
-// parallelize_gpt (and parallelize_gpt_stage for pipeline stages); and the plan (every split
-// parameter's place in its global tensor) that sharded checkpoints and gradient clipping read
-// (docs/parallelism.md, "Tensor parallelism").
+// parallelize, which applies any model's nn::ParallelPlan (the whole model or a pipeline
+// stage); and the plan (every split parameter's place in its global tensor) that sharded
+// checkpoints and gradient clipping read (docs/parallelism.md, "Tensor parallelism").
 //
 //   DeviceMesh mesh(world, {2, 2}, {"dp", "tp"});
-//   auto gpt = std::make_shared<nn::GPT>(cfg);
-//   gpt->init_weights(gen);                               // the same whole model on every rank
-//   auto plan = parallelize_gpt(*gpt, mesh.group("tp"), {.sequence_parallel = true});
-//   ShardedModel sm(gpt, mesh.group("dp"), {.stage = ZeroStage::k1, .tensor_parallel = plan,
+//   std::shared_ptr<nn::CausalLM> model = ...;            // any family: GPT, Llama
+//   model->init_weights(gen);                             // the same whole model on every rank
+//   auto plan = parallelize(*model, mesh, model->parallel_plan(), {.sequence_parallel = true});
+//   ShardedModel sm(model, mesh.group("dp"), {.stage = ZeroStage::k1, .tensor_parallel = plan,
 //                                           .checkpoint_group = mesh.world()});
-//   VocabParallelCrossEntropy ce(mesh.group("tp"), {.vocab_size = cfg.vocab_size});
+//   VocabParallelCrossEntropy ce(mesh.group("tp"), {.vocab_size = model->vocab_size()});
 //   ce.forward(sm.forward(ids), labels);                  // logits: this rank's vocab columns
 //   sm.backward(ce.backward());
 //
@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,10 +31,11 @@
 
 #include "braid/comm/process_group.h"
 #include "braid/core/rng.h"
-#include "braid/nn/gpt.h"
+#include "braid/nn/causal_lm.h"
 #include "braid/nn/layers.h"
 #include "braid/nn/loss.h"
 #include "braid/nn/module.h"
+#include "braid/shard/device_mesh.h"
 #include "braid/tensor/safetensors.h"
 #include "braid/tensor/tensor.h"
 
@@ -357,54 +359,53 @@ class TensorParallelPlan {
   std::map<const void*, Entry> entries_;
 };
 
-// ---- GPT -----------------------------------------------------------------------------------
+// ---- applying a model's plan ---------------------------------------------------------------
 
 struct TensorParallelOptions {
-  // Megatron's sequence parallelism: LayerNorms and dropouts work on seq / tp positions.
+  // Megatron's sequence parallelism: the plan's sequence_parallel rules apply too (LayerNorms
+  // and dropouts work on seq / tp positions; T must be a multiple of tp).
   bool sequence_parallel = false;
-  // Megatron's make_vocab_size_divisible_by: wte's rows (and the head's logits) are padded to
-  // pad_vocab_size(vocab_size, tp, vocab_divisible_by).
+  // Megatron's make_vocab_size_divisible_by: the vocab embedding's rows (and the head's
+  // logits) are padded to pad_vocab_size(vocab, tp, vocab_divisible_by).
   int64_t vocab_divisible_by = 1;
-  // For a GPT built under nn::InitEmptyWeights (parameters on the meta device): each rank
-  // computes its slices with GPT::init_weights_range from this generator (in the state
-  // GPT::init_weights would start from); null: the parameters must hold values.
-  const Generator* init = nullptr;
+  // For a model built under nn::InitEmptyWeights (parameters on the meta device): the whole
+  // values of elements [offset, offset + count) of a parameter by its name in the model
+  // (CausalLM::init_weights_range bound to a generator), called for each module just before it
+  // is split, so one module at a time is whole. Empty: the parameters must hold values.
+  std::function<void(const std::string& name, int64_t offset, int64_t count, float* dst)> init{};
 };
 
-// Splits braid's GPT over the ranks of `tp` in place (every rank of tp calls it on the same
-// whole model; names, and so checkpoints, stay the GPT's):
-//   attn.c_attn   ColumnParallelLinear, blocks 3: this rank's heads of q, of k and of v
-//   attention     heads [r H / tp, (r + 1) H / tp) (CausalSelfAttention::set_local_heads)
-//   attn.c_proj   RowParallelLinear (input parallel)
-//   mlp.c_fc      ColumnParallelLinear;  mlp.c_proj RowParallelLinear
-//   wte           VocabParallelEmbedding (rows padded to pad_vocab_size)
-//   lm_head       ColumnParallelLinear over the padded vocabulary, tied to wte's local rows:
-//                 logits [B, T, V' = padded / tp], for VocabParallelCrossEntropy with
-//                 vocab_size = config().vocab_size
-//   sequence_parallel: transformer.drop keeps this rank's part of the sequence
-//   (SequenceParallelDropout with scatter_input), ln_1 / ln_2 / ln_f SequenceParallelLayerNorm,
-//   resid_dropout / mlp.dropout SequenceParallelDropout, and the column / row layers gather /
-//   reduce-scatter along the sequence; T must be a multiple of tp.
-// Each parameter keeps its values (the rank's slice of them), so a model initialized whole
-// on every rank is split into the parts of that one initialization. Requirements
-// (kInvalidArgument naming them): n_head % tp == 0, inner % tp == 0, an unparallelized GPT.
-// Returns the plan for ShardingOptions::tensor_parallel and the clipping below. Afterwards
-// GPT::init_weights / init_weights_range and generate() see local shapes: initialize before.
-std::shared_ptr<TensorParallelPlan> parallelize_gpt(nn::GPT& gpt, std::shared_ptr<ProcessGroup> tp,
-                                                    TensorParallelOptions options = {});
-
-// The same for one pipeline stage (TP x PP; shard/pipeline.h): its blocks split as above; on
-// the embedding stage wte becomes a VocabParallelEmbedding (and, with sequence_parallel, drop
-// a scattering SequenceParallelDropout); on the last stage ln_f (SP) and the head as above:
-// logits [B, T, V'] for VocabParallelCrossEntropy. The head is tied to wte's local rows when
-// the stage holds both; otherwise its weight (the pipeline's replica of wte) is split as wte
-// is, so tp rank r's replica is rank r's rows of the first stage's wte, which the pp group of
-// the ranks with tp index r exchanges. A stage's input and output are [B, T, d] (sequence
-// parallel: [B, T / tp, d], this rank's positions). With options.init the replica takes
-// wte's values. Requirements as parallelize_gpt's; every rank of tp calls it on the same stage.
-std::shared_ptr<TensorParallelPlan> parallelize_gpt_stage(nn::GPTStage& stage,
-                                                          std::shared_ptr<ProcessGroup> tp,
-                                                          TensorParallelOptions options = {});
+// Splits a module tree over the ranks of `tp` in place, as `plan` says (every rank of tp calls
+// it on the same whole tree; names, and so checkpoints, stay the model's). `root` is a whole
+// model or one of its pipeline stages (nn::CausalLM::make_stage): rules that match nothing in
+// it are skipped. Per matched module, by style (nn::TensorParallelStyle):
+//   colwise          ColumnParallelLinear (rule.blocks: this rank's part of each block)
+//   rowwise          RowParallelLinear (input parallel)
+//   heads            nn::AttentionHeads::keep_heads(rank, tp)
+//   vocab_embedding  VocabParallelEmbedding, rows padded to pad_vocab_size
+//   vocab_head       ColumnParallelLinear over the padded vocabulary (logits [B, T, V'] for
+//                    VocabParallelCrossEntropy); tied to the vocab embedding's local rows when
+//                    the plan ties them and the tree holds both (list the embedding's rule
+//                    first); otherwise, for a tied plan, the weight is the pipeline's replica of
+//                    the embedding split as the embedding is, so tp rank r's replica is rank
+//                    r's rows of the first stage's
+//   with sequence_parallel, the plan's sequence rules: sequence_norm SequenceParallelLayerNorm
+//   (same handles), sequence_dropout SequenceParallelDropout, sequence_scatter a scattering
+//   SequenceParallelDropout; and the column / row layers gather / reduce-scatter along the
+//   sequence.
+// Each parameter keeps its values (the rank's slice of them), so a model initialized whole on
+// every rank is split into the parts of that one initialization. kInvalidArgument naming the
+// module: a style on the wrong kind of layer, a head count not divisible by tp, an already
+// parallel tree; kNotSupported: sequence parallelism for a plan without a sequence form.
+// Returns the slices for ShardingOptions::tensor_parallel and the clipping below. Afterwards
+// the model's init_weights_range and generate() see local shapes: initialize before.
+std::shared_ptr<TensorParallelPlan> parallelize(nn::Module& root, std::shared_ptr<ProcessGroup> tp,
+                                                const nn::ParallelPlan& plan,
+                                                TensorParallelOptions options = {});
+// The same over the mesh's "tp" dimension.
+std::shared_ptr<TensorParallelPlan> parallelize(nn::Module& root, DeviceMesh& mesh,
+                                                const nn::ParallelPlan& plan,
+                                                TensorParallelOptions options = {});
 
 // The global tensor of a split parameter from every tp rank's local one (`slice`: the local
 // tensor's place, TensorParallelPlan::slice): each rank writes its runs into zeros and the sum
