@@ -16,6 +16,7 @@
 
 #include "big_model_internal.h"
 #include "braid/accel/big_model.h"
+#include "braid/amp/precision.h"
 #include "braid/comm/rank_info.h"
 #include "braid/core/env_checks.h"
 #include "braid/core/error.h"
@@ -217,12 +218,6 @@ class TempFolder {
   fs::path path_;
 };
 
-bool keep_in_fp32(const std::string& name, const std::vector<std::string>& modules) {
-  return std::any_of(modules.begin(), modules.end(), [&](const std::string& key) {
-    return key == name || name.find(key + ".") != std::string::npos;
-  });
-}
-
 }  // namespace
 
 // ---- load_checkpoint_in_model ------------------------------------------------------------
@@ -315,7 +310,7 @@ LoadCheckpointResult load_checkpoint_in_model(nn::Module& model, const fs::path&
     DType target = current.dtype();
     if (options.dtype && is_floating(value.dtype())) {
       target = *options.dtype;
-      if (dtype_size(target) < 4 && keep_in_fp32(name, options.keep_in_fp32_modules)) {
+      if (dtype_size(target) < 4 && amp::keep_in_fp32(name, options.keep_in_fp32_modules)) {
         target = DType::kF32;
       }
     } else if (options.dtype) {

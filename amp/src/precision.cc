@@ -39,21 +39,25 @@ PrecisionPolicy PrecisionPolicy::from(PrecisionType type) {
   return p;
 }
 
-DType PrecisionPolicy::param_dtype_for(std::string_view name) const {
-  for (const std::string& m : keep_in_fp32_modules) {
+bool keep_in_fp32(std::string_view name, const std::vector<std::string>& modules) {
+  for (const std::string& m : modules) {
     if (m.empty()) continue;
     // A whole dotted component must match: "ln_f" keeps "ln_f.weight" and
-    // "transformer.ln_f.bias", not "ln_foo.weight".
+    // "transformer.ln_f.bias", not "ln_foo.weight" nor "transformer.xln_f.weight".
     size_t pos = 0;
     while ((pos = name.find(m, pos)) != std::string_view::npos) {
       const bool starts = pos == 0 || name[pos - 1] == '.';
       const size_t end = pos + m.size();
       const bool ends = end == name.size() || name[end] == '.';
-      if (starts && ends) return DType::kF32;
+      if (starts && ends) return true;
       ++pos;
     }
   }
-  return param_dtype;
+  return false;
+}
+
+DType PrecisionPolicy::param_dtype_for(std::string_view name) const {
+  return keep_in_fp32(name, keep_in_fp32_modules) ? DType::kF32 : param_dtype;
 }
 
 }  // namespace braid::amp

@@ -70,5 +70,17 @@ TEST(PrecisionPolicy, KeepInFp32MatchesWholeNameComponents) {
   EXPECT_EQ(p.param_dtype_for("ln_f"), DType::kF32);
 }
 
+// The one matcher (big-model loading uses it too; its own copy once kept
+// "transformer.xln_f.weight" for the key "ln_f").
+TEST(KeepInFp32, WholeRunsOfComponentsOnly) {
+  EXPECT_FALSE(keep_in_fp32("transformer.xln_f.weight", {"ln_f"}));
+  EXPECT_FALSE(keep_in_fp32("transformer.ln_fx.weight", {"ln_f"}));
+  EXPECT_TRUE(keep_in_fp32("transformer.ln_f.weight", {"ln_f"}));
+  EXPECT_TRUE(keep_in_fp32("transformer.h.0.mlp.c_fc.weight", {"h.0"}));
+  EXPECT_FALSE(keep_in_fp32("transformer.h.01.mlp.c_fc.weight", {"h.0"}));
+  EXPECT_FALSE(keep_in_fp32("lm_head.weight", {"", "ln_f"}));
+  EXPECT_TRUE(keep_in_fp32("lm_head", {"lm_head"}));
+}
+
 }  // namespace
 }  // namespace braid::amp

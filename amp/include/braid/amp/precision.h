@@ -26,6 +26,12 @@ enum class PrecisionType : uint8_t { kNo, kFp16, kBf16, kFp8 };
 PrecisionType parse_precision_type(std::string_view name);
 std::string_view precision_type_name(PrecisionType type);  // "no", "fp16", "bf16", "fp8"
 
+// transformers' _keep_in_fp32_modules rule, the one matcher braid uses (the precision policy,
+// big-model loading): true when a whole run of `name`'s dotted components equals an entry
+// ("ln_f" keeps "transformer.ln_f.weight", not "transformer.xln_f.weight" nor "ln_foo.bias";
+// "h.0" keeps "transformer.h.0.mlp.c_fc.weight").
+bool keep_in_fp32(std::string_view name, const std::vector<std::string>& modules);
+
 struct PrecisionPolicy {
   PrecisionType type = PrecisionType::kNo;
   DType param_dtype = DType::kF32;    // parameters as the model computes with them
