@@ -11,6 +11,8 @@
 // communication thread (CommQueue) with overlap, else on the calling thread.
 #include "braid/shard/fsdp.h"
 
+#include "braid/shard/device_mesh.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -234,20 +236,11 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
               "ShardedModel: deterministic = false applies to stage 0 and to HSDP "
               "(shard_group_size) only; stages 1-3 otherwise always use the ordered reduction");
   if (shard_size < world) {
-    // Every rank creates every subgroup, in the same order (new_group is collective).
-    const int S = static_cast<int>(shard_size), R = world / S;
-    for (int g = 0; g < R; ++g) {
-      std::vector<int> ranks;
-      for (int i = 0; i < S; ++i) ranks.push_back(g * S + i);
-      auto pg = impl_->pg->new_group(ranks);
-      if (g == rank / S) impl_->comm = pg;
-    }
-    for (int i = 0; i < S; ++i) {
-      std::vector<int> ranks;
-      for (int g = 0; g < R; ++g) ranks.push_back(g * S + i);
-      auto pg = impl_->pg->new_group(ranks);
-      if (i == rank % S) impl_->replicas = pg;
-    }
+    // HSDP: a (dp_replicate, dp_shard) mesh over the group, as torch's HSDP device mesh; rank
+    // g S + i shards with the ranks of its row g and replicates with those of its column i.
+    DeviceMesh mesh(impl_->pg, {world / shard_size, shard_size}, {"dp_replicate", "dp_shard"});
+    impl_->comm = mesh.group("dp_shard");
+    impl_->replicas = mesh.group("dp_replicate");
   }
   BRAID_CHECK(
       options_.offload_param.device != nn::OffloadDevice::kNvme || options_.stage == ZeroStage::k3,
