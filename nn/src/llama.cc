@@ -71,10 +71,8 @@ Tensor LlamaMLP::backward_impl(const Tensor& grad_output) {
 LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& cfg) : Layer("LlamaDecoderLayer") {
   register_module("self_attn", std::make_shared<LlamaAttention>(cfg));
   register_module("mlp", std::make_shared<LlamaMLP>(cfg));
-  register_module("input_layernorm",
-                  std::make_shared<RMSNorm>(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype));
-  register_module("post_attention_layernorm",
-                  std::make_shared<RMSNorm>(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype));
+  register_module("input_layernorm", detail::llama_rms_norm(cfg));
+  register_module("post_attention_layernorm", detail::llama_rms_norm(cfg));
 }
 
 Tensor LlamaDecoderLayer::forward_impl(const Tensor& x) {
@@ -149,8 +147,7 @@ Llama::Llama(const LlamaConfig& cfg) : CausalLM("LlamaForCausalLM"), cfg_(cfg) {
     layer->set_checkpointing(cfg.activation_checkpointing);
     layers_->push_back(layer);
   }
-  model_->register_module("norm",
-                          std::make_shared<RMSNorm>(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype));
+  model_->register_module("norm", detail::llama_rms_norm(cfg));
   // Tied: the head's own initial weight comes from a private generator (the default one is not
   // advanced) and is replaced by embed_tokens' handle. Untied: its own parameter.
   Generator unused(0);

@@ -19,5 +19,10 @@ void llama_embed_backward(const LlamaConfig& cfg, Layer& embed, const Tensor& id
 // N(0, initializer_range).
 InitRule llama_init_rule(const LlamaConfig& cfg);
 ParallelPlan llama_parallel_plan(const LlamaConfig& cfg);
+// transformers' LlamaRMSNorm: the weight applied after the cast back to the input's dtype.
+inline std::shared_ptr<RMSNorm> llama_rms_norm(const LlamaConfig& cfg) {
+  return std::make_shared<RMSNorm>(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype,
+                                   RmsNormWeight::kAfterCast);
+}
 
 }  // namespace braid::nn::detail

@@ -41,8 +41,7 @@ LlamaStage::LlamaStage(const LlamaConfig& cfg, StageSpec spec)
     layer->set_checkpointing(cfg.activation_checkpointing);
   }
   if (spec.head) {
-    model_->register_module(
-        "norm", std::make_shared<RMSNorm>(cfg.hidden_size, cfg.rms_norm_eps, cfg.dtype));
+    model_->register_module("norm", detail::llama_rms_norm(cfg));
     // Tied with the embedding here: its handle. Tied with the embedding on another stage: a
     // replica the pipeline keeps equal to it. Untied: the head's own weight.
     Generator unused(0);

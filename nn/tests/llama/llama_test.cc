@@ -243,6 +243,30 @@ TEST(LlamaLayers, MlpAndDecoderLayerBackwardMatchFiniteDifferencesF64) {
   check_layer_gradients(norm, Tensor::randn({3, 16}, DType::kF64, &gen));
 }
 
+// transformers' LlamaRMSNorm with bf16 data: x * rstd rounded to bf16, then times the weight in
+// bf16; RmsNormWeight::kFused rounds once. f32 data: both the same bits.
+TEST(LlamaLayers, RmsNormAppliesTheWeightAfterTheCastBack) {
+  Generator gen(17);
+  const Tensor x32 = Tensor::randn({5, 16}, DType::kF32, &gen);
+  const Tensor w32 = add(mul(Tensor::randn({16}, DType::kF32, &gen), 0.5), 1.0);
+  RMSNorm fused(16, 1e-5, DType::kBF16), after(16, 1e-5, DType::kBF16, RmsNormWeight::kAfterCast);
+  fused.weight().data().copy_(w32.to(DType::kBF16));
+  after.weight().data().copy_(w32.to(DType::kBF16));
+  const Tensor x = x32.to(DType::kBF16);
+  NoGradGuard no_grad;
+  const Tensor ya = after.forward(x);
+  ASSERT_EQ(ya.dtype(), DType::kBF16);
+  RMSNorm plain(16, 1e-5, DType::kF32);  // weight 1: x * rstd in f32
+  const Tensor expect =
+      mul(plain.forward(x.to(DType::kF32)).to(DType::kBF16), fused.weight().data());
+  EXPECT_TRUE(equal(ya, expect));
+  EXPECT_FALSE(equal(ya, fused.forward(x)));  // one rounding fewer differs somewhere
+  RMSNorm f32_fused(16, 1e-5), f32_after(16, 1e-5, DType::kF32, RmsNormWeight::kAfterCast);
+  f32_fused.weight().data().copy_(w32);
+  f32_after.weight().data().copy_(w32);
+  EXPECT_TRUE(equal(f32_fused.forward(x32), f32_after.forward(x32)));
+}
+
 // The whole model in f64, every element of every parameter, tied and untied, grouped and not.
 TEST(Llama, GradientsMatchFiniteDifferencesF64) {
   for (bool tie : {false, true}) {
