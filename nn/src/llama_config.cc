@@ -5,6 +5,7 @@
 
 #include "braid/core/error.h"
 #include "braid/nn/llama.h"
+#include "hf_json.h"
 
 namespace braid::nn {
 namespace {
@@ -32,28 +33,9 @@ const char* torch_dtype_name(DType dt) {
   }
 }
 
-// The value of `key` when present and not null, checked against the expected JSON type.
 template <typename T>
 void read(const json& j, const char* key, T& out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if constexpr (std::is_same_v<T, bool>) {
-    BRAID_CHECK(it->is_boolean(), kInvalidArgument, "LlamaConfig json: \"", key,
-                "\" must be a boolean, got ", it->dump());
-    out = it->get<bool>();
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    BRAID_CHECK(it->is_number_integer(), kInvalidArgument, "LlamaConfig json: \"", key,
-                "\" must be an integer, got ", it->dump());
-    out = it->get<int64_t>();
-  } else if constexpr (std::is_same_v<T, std::string>) {
-    BRAID_CHECK(it->is_string(), kInvalidArgument, "LlamaConfig json: \"", key,
-                "\" must be a string, got ", it->dump());
-    out = it->get<std::string>();
-  } else {
-    BRAID_CHECK(it->is_number(), kInvalidArgument, "LlamaConfig json: \"", key,
-                "\" must be a number, got ", it->dump());
-    out = it->get<double>();
-  }
+  detail::read_json_field(j, key, out, "LlamaConfig");
 }
 
 // A token id: an integer, or null (-1). transformers also allows a list for eos_token_id;
@@ -146,14 +128,7 @@ std::string LlamaConfig::to_hf_json() const {
 }
 
 LlamaConfig LlamaConfig::from_hf_json(const std::string& json_text) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    BRAID_FAIL(kCorruptData, "LlamaConfig json: not valid JSON (", e.what(), ")");
-  }
-  BRAID_CHECK(j.is_object(), kCorruptData, "LlamaConfig json: expected an object, got ",
-              j.type_name());
+  const json j = detail::parse_json_object(json_text, "LlamaConfig");
   if (const auto it = j.find("model_type"); it != j.end()) {
     BRAID_CHECK(it->is_string() && it->get<std::string>() == "llama", kInvalidArgument,
                 "LlamaConfig json: model_type ", it->dump(), " is not \"llama\"");
