@@ -3,11 +3,11 @@
 // The attention is in attention.cc, the config in gpt_config.cc.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <string_view>
 #include <vector>
 
 #include "braid/nn/gpt.h"
+#include "causal_lm_util.h"
 #include "gpt_internal.h"
 
 namespace braid::nn {
@@ -91,24 +91,12 @@ namespace detail {
 
 Tensor gpt_embed_forward(const GPTConfig& cfg, Embedding& wte, Embedding& wpe, Dropout& drop,
                          const Tensor& ids, const char* who) {
-  BRAID_CHECK(ids.defined(), kInvalidArgument, who, ": ids are undefined");
-  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument, who,
-              ": ids must be i64 or i32 token ids, got dtype ", ids.dtype());
-  BRAID_CHECK(ids.dim() == 2, kInvalidArgument, who, ": ids must be [batch, seq], got shape ",
-              shape_str(ids.shape()));
+  check_ids_shape(ids, who);
   const int64_t seq = ids.size(1);
   BRAID_CHECK(seq <= cfg.n_positions, kInvalidArgument, who, ": sequence length ", seq,
               " exceeds n_positions ", cfg.n_positions);
   const Tensor idc = ids.contiguous();
-  // Checked on the host (one small copy from a GPU; meta ids have no values), so a bad id is
-  // this message rather than a device fault.
-  const Tensor ih = idc.device().is_meta() ? Tensor() : idc.to(kCPU);
-  for (int64_t i = 0; ih.defined() && i < ih.numel(); ++i) {
-    const int64_t id = ih.dtype() == DType::kI64 ? ih.data<int64_t>()[i] : ih.data<int32_t>()[i];
-    BRAID_CHECK(id >= 0 && id < cfg.vocab_size, kOutOfRange, who, ": token id ", id, " at [",
-                i / std::max<int64_t>(seq, 1), ", ", i % std::max<int64_t>(seq, 1),
-                "] is outside [0, vocab_size ", cfg.vocab_size, ")");
-  }
+  check_id_values(idc, cfg.vocab_size, who);
   const Tensor tok = wte.forward(idc);  // [B, T, d]
   const Tensor pos = wpe.forward(Tensor::arange(0, double(seq), 1, DType::kI64, ids.device()));
   return drop.forward(add(tok, pos));
@@ -195,67 +183,26 @@ Block& GPT::block(int64_t i) {
   return h_->at<Block>(static_cast<size_t>(i));
 }
 
+// GPT-2's _init_weights: biases 0, LayerNorm weights 1, c_proj weights
+// N(0, initializer_range / sqrt(2 n_layer)), every other weight N(0, initializer_range).
+static detail::InitRule gpt_init_rule(const GPTConfig& cfg) {
+  const double std_proj = cfg.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  const double std = cfg.initializer_range;
+  return [std, std_proj](const std::string& name) {
+    using D = detail::InitDraw;
+    if (name.ends_with(".bias")) return D{D::kZeros};
+    if (name.find(".ln_") != std::string::npos) return D{D::kOnes};
+    return D{D::kNormal, name.ends_with("c_proj.weight") ? std_proj : std};
+  };
+}
+
 void GPT::init_weights_range(const Generator& gen, const std::string& name, int64_t offset,
                              int64_t count, float* dst) const {
-  const double std_proj =
-      cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
-  const auto ends_with = [](const std::string& s, std::string_view tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  // The word offset each drawn parameter starts at, as init_weights advances the generator: an
-  // f32 normal draw of n elements reads 2 ceil(n / 2) words, rounded up to a block of 4.
-  uint64_t words = gen.offset();
-  for (auto& [pname, p] : named_parameters()) {
-    const int64_t n = p.data().numel();
-    const bool is_bias = ends_with(pname, ".bias");
-    const bool is_norm = pname.find(".ln_") != std::string::npos;
-    const bool drawn = !is_bias && !is_norm;
-    if (pname != name) {
-      if (drawn) words += (2 * static_cast<uint64_t>((n + 1) / 2) + 3) / 4 * 4;
-      continue;
-    }
-    BRAID_CHECK(offset >= 0 && count >= 0 && offset + count <= n, kOutOfRange,
-                "GPT::init_weights_range: elements [", offset, ", ", offset + count, ") of '", name,
-                "' (", n, " elements)");
-    BRAID_CHECK(p.data().dtype() == DType::kF32, kInvalidArgument, "GPT::init_weights_range: '",
-                name, "' is ", dtype_name(p.data().dtype()), ", expected f32");
-    if (!drawn) {
-      std::fill(dst, dst + count, is_bias ? 0.0f : 1.0f);
-      return;
-    }
-    if (count == 0) return;
-    // Element i uses words 2 (i / 2) and 2 (i / 2) + 1 of the draw; start at a multiple of 4
-    // words (a whole Philox block), i.e. at element offset rounded down to a multiple of 4.
-    const int64_t first = offset / 4 * 4;
-    Generator local(gen.seed());
-    local.set_offset(words + static_cast<uint64_t>(first));
-    const double std = ends_with(name, "c_proj.weight") ? std_proj : cfg_.initializer_range;
-    Tensor values = scale(Tensor::randn({offset + count - first}, DType::kF32, &local), std);
-    std::copy_n(values.data<float>() + (offset - first), count, dst);
-    return;
-  }
-  BRAID_FAIL(kOutOfRange, "GPT::init_weights_range: no parameter '", name, "'");
+  detail::init_range_by_rule(*this, gen, name, offset, count, dst, gpt_init_rule(cfg_), "GPT");
 }
 
 void GPT::init_weights(Generator& gen) {
-  const double std_proj =
-      cfg_.initializer_range / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
-  const auto ends_with = [](const std::string& s, std::string_view tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  for (auto& [name, p] : named_parameters()) {
-    Tensor& data = p.data();
-    const bool is_norm = name.find(".ln_") != std::string::npos;
-    if (ends_with(name, ".bias")) {
-      data.zero_();
-    } else if (is_norm) {
-      data.fill_(1);  // LayerNorm weight
-    } else {
-      const double std = ends_with(name, "c_proj.weight") ? std_proj : cfg_.initializer_range;
-      const DType draw = data.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
-      data.copy_(scale(Tensor::randn(data.shape(), draw, &gen), std));
-    }
-  }
+  detail::init_by_rule(*this, gen, gpt_init_rule(cfg_));
 }
 
 Tensor GPT::forward_impl(const Tensor& ids) {
@@ -280,69 +227,13 @@ Tensor GPT::backward_impl(const Tensor& grad_output) {
 
 Tensor GPT::generate(const Tensor& ids, int64_t max_new_tokens, double temperature, int64_t top_k,
                      Generator& gen) {
-  BRAID_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) == 1, kInvalidArgument,
-              "GPT::generate: ids must be [1, T], got ",
-              ids.defined() ? shape_str(ids.shape()) : std::string("undefined"));
-  BRAID_CHECK(ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32, kInvalidArgument,
-              "GPT::generate: ids must be i64 or i32, got dtype ", ids.dtype());
-  BRAID_CHECK(ids.size(1) > 0, kInvalidArgument, "GPT::generate: ids must hold at least one token");
-  BRAID_CHECK(max_new_tokens >= 0, kInvalidArgument,
-              "GPT::generate: max_new_tokens = ", max_new_tokens, " must be >= 0");
-  BRAID_CHECK(temperature >= 0.0 && std::isfinite(temperature), kInvalidArgument,
-              "GPT::generate: temperature = ", temperature, " must be finite and >= 0");
-  BRAID_CHECK(top_k >= 0, kInvalidArgument, "GPT::generate: top_k = ", top_k, " must be >= 0");
-  const bool was_training = is_training();
-  eval();
-  struct RestoreMode {
-    GPT* self;
-    bool training;
-    ~RestoreMode() { self->train(training); }
-  } restore{this, was_training};
-  NoGradGuard no_grad;
-
-  std::vector<double> tokens = ids.to_vector();
-  const int64_t v = cfg_.vocab_size;
-  for (int64_t step = 0; step < max_new_tokens; ++step) {
-    const auto len = static_cast<int64_t>(tokens.size());
-    const int64_t ctx_len = std::min(len, cfg_.n_positions);
-    const std::vector<double> window(tokens.end() - ctx_len, tokens.end());
-    const Tensor logits = forward(Tensor::from_vector(window, {1, ctx_len}, DType::kI64));
-    std::vector<double> last = logits.select(1, ctx_len - 1).to_vector();  // [V] as double
-    int64_t next = 0;
-    if (temperature == 0.0) {
-      next = std::max_element(last.begin(), last.end()) - last.begin();  // first maximum
-    } else {
-      for (double& x : last) x /= temperature;
-      if (top_k > 0 && top_k < v) {
-        // Keep the top_k largest logits (ties with the k-th kept, as torch's
-        // logits < topk(...)[-1] masking).
-        std::vector<double> sorted = last;
-        std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
-                         std::greater<double>());
-        const double kth = sorted[static_cast<size_t>(top_k - 1)];
-        for (double& x : last) {
-          if (x < kth) x = -std::numeric_limits<double>::infinity();
-        }
-      }
-      const double m = *std::max_element(last.begin(), last.end());
-      double total = 0;
-      for (double& x : last) total += (x = std::exp(x - m));
-      // Inverse CDF of one uniform draw, in index order.
-      const double u = gen.uniform_double() * total;
-      double acc = 0;
-      next = v - 1;
-      for (int64_t i = 0; i < v; ++i) {
-        acc += last[static_cast<size_t>(i)];
-        if (u < acc) {
-          next = i;
-          break;
-        }
-      }
-      while (last[static_cast<size_t>(next)] == 0.0 && next > 0) --next;  // never a masked id
-    }
-    tokens.push_back(static_cast<double>(next));
-  }
-  return Tensor::from_vector(tokens, {1, static_cast<int64_t>(tokens.size())}, DType::kI64);
+  return detail::generate_tokens(*this, ids,
+                                 {.max_new_tokens = max_new_tokens,
+                                  .temperature = temperature,
+                                  .top_k = top_k,
+                                  .context = cfg_.n_positions,
+                                  .vocab = cfg_.vocab_size},
+                                 gen, "GPT");
 }
 
 }  // namespace braid::nn

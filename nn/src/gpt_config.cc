@@ -5,6 +5,7 @@
 
 #include "braid/core/error.h"
 #include "braid/nn/gpt.h"
+#include "hf_json.h"
 
 namespace braid::nn {
 namespace {
@@ -23,20 +24,9 @@ const char* activation_name(GeluApproximate a) {
   return a == GeluApproximate::kTanh ? "gelu_new" : "gelu";
 }
 
-// The value of `key` when present and not null, checked against the expected JSON type.
 template <typename T>
 void read(const json& j, const char* key, T& out) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if constexpr (std::is_same_v<T, int64_t>) {
-    BRAID_CHECK(it->is_number_integer(), kInvalidArgument, "GPTConfig json: \"", key,
-                "\" must be an integer, got ", it->dump());
-    out = it->get<int64_t>();
-  } else {
-    BRAID_CHECK(it->is_number(), kInvalidArgument, "GPTConfig json: \"", key,
-                "\" must be a number, got ", it->dump());
-    out = it->get<double>();
-  }
+  detail::read_json_field(j, key, out, "GPTConfig");
 }
 
 }  // namespace
@@ -88,14 +78,7 @@ std::string GPTConfig::to_hf_json() const {
 }
 
 GPTConfig GPTConfig::from_hf_json(const std::string& json_text) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::exception& e) {
-    BRAID_FAIL(kCorruptData, "GPTConfig json: not valid JSON (", e.what(), ")");
-  }
-  BRAID_CHECK(j.is_object(), kCorruptData, "GPTConfig json: expected an object, got ",
-              j.type_name());
+  const json j = detail::parse_json_object(json_text, "GPTConfig");
   if (const auto it = j.find("model_type"); it != j.end()) {
     BRAID_CHECK(it->is_string() && it->get<std::string>() == "gpt2", kInvalidArgument,
                 "GPTConfig json: model_type ", it->dump(), " is not \"gpt2\"");

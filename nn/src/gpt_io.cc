@@ -1,16 +1,13 @@
 // GPT folders in Hugging Face's layout: config.json + model.safetensors (or sharded with an
 // index), readable by transformers' GPT2LMHeadModel.from_pretrained and written by its
 // save_pretrained.
-#include <algorithm>
-
-#include "braid/core/file_util.h"
 #include "braid/nn/gpt.h"
+#include "causal_lm_util.h"
 
 namespace braid::nn {
 
 void save_pretrained(const GPT& model, const std::filesystem::path& folder,
                      std::string_view max_shard_size) {
-  std::filesystem::create_directories(folder);
   // Tied names after the first (sorted: lm_head.weight < transformer.wte.weight) are the
   // duplicates transformers drops; it keeps transformer.wte.weight and reties on load.
   NamedTensors tensors;
@@ -18,15 +15,11 @@ void save_pretrained(const GPT& model, const std::filesystem::path& folder,
     if (name == "lm_head.weight") continue;
     tensors.emplace_back(name, t);
   }
-  write_file_atomic(folder / "config.json", model.config().to_hf_json());
-  save_sharded(folder, tensors, max_shard_size, {{"format", "pt"}});
+  detail::write_hf_folder(folder, model.config().to_hf_json(), tensors, max_shard_size);
 }
 
 std::shared_ptr<GPT> from_pretrained(const std::filesystem::path& folder, DType dtype) {
-  const auto config_path = folder / "config.json";
-  BRAID_CHECK(std::filesystem::exists(config_path), kIo, "from_pretrained: ", folder.string(),
-              " has no config.json");
-  GPTConfig cfg = GPTConfig::from_hf_json(read_file(config_path));
+  GPTConfig cfg = GPTConfig::from_hf_json(detail::read_hf_config(folder, "from_pretrained"));
   cfg.dtype = dtype;
   auto model = std::make_shared<GPT>(cfg);
   NamedTensors state;

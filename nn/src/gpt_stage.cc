@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "braid/nn/gpt.h"
+#include "causal_lm_util.h"
 #include "gpt_internal.h"
 
 namespace braid::nn {
@@ -70,26 +71,11 @@ Block& GPTStage::block(int64_t i) {
 
 void GPTStage::init_weights(const Generator& gen) {
   // A GPT on the meta device knows where each parameter's draws start (init_weights_range).
-  // Building it runs the layers' constructors, which draw from the default generator: put it
-  // back afterwards.
-  Generator& dflt = default_generator(kCPU);
-  const std::vector<uint8_t> state = dflt.get_state();
-  std::shared_ptr<GPT> whole;
-  {
-    InitEmptyWeights empty;
-    whole = std::make_shared<GPT>(cfg_);
-  }
-  dflt.set_state(state);
-  for (auto& [name, p] : named_parameters()) {
-    Tensor& data = p.data();
-    BRAID_CHECK(data.dtype() == DType::kF32 && data.device() == kCPU && data.is_contiguous(),
-                kInvalidArgument, "GPTStage::init_weights: '", name,
-                "' must be a contiguous f32 cpu tensor, got ", data.dtype(), " on ",
-                data.device().str());
-    // The replica of the tied head takes wte's values.
-    const std::string source = name == "lm_head.weight" ? "transformer.wte.weight" : name;
-    whole->init_weights_range(gen, source, 0, data.numel(), data.data<float>());
-  }
+  const GPTConfig cfg = cfg_;
+  const auto whole = detail::build_on_meta([&] { return std::make_shared<GPT>(cfg); });
+  // The replica of the tied head takes wte's values.
+  detail::init_stage_from_whole(*this, *whole, gen, "lm_head.weight", "transformer.wte.weight",
+                                "GPTStage");
 }
 
 Tensor GPTStage::forward_impl(const Tensor& x) {

@@ -84,7 +84,8 @@ Tensor LayerNorm::backward_impl(const Tensor& grad_output) {
 
 // ---- RMSNorm -----------------------------------------------------------------------------
 
-RMSNorm::RMSNorm(int64_t dim, double eps, DType dtype) : Layer("RMSNorm"), dim_(dim), eps_(eps) {
+RMSNorm::RMSNorm(int64_t dim, double eps, DType dtype, RmsNormWeight weight_mode)
+    : Layer("RMSNorm"), dim_(dim), eps_(eps), weight_mode_(weight_mode) {
   BRAID_CHECK(dim > 0, kInvalidArgument, "RMSNorm: dim must be positive, got ", dim);
   BRAID_CHECK(eps >= 0, kInvalidArgument, "RMSNorm: eps must be >= 0, got ", eps);
   BRAID_CHECK(detail::is_float_dtype(dtype), kInvalidArgument,
@@ -98,14 +99,20 @@ Tensor RMSNorm::forward_impl(const Tensor& x) {
   const DType compute = detail::f32_or_f64(x.dtype());
   const int64_t rows = detail::leading_rows(x);
   const Tensor xc = x.to(compute).contiguous();
-  const Tensor w = in_compute(param("weight").data(), compute);
+  const Tensor& weight = param("weight").data();
+  const DType out = amp::autocast_dtype(amp::OpCategory::kFp32, x.dtype());
+  // kAfterCast with a 16-bit output in the weight's dtype: the kernel normalizes only (a null
+  // weight), the result is rounded to that dtype and then multiplied by the weight in it.
+  const bool after_cast =
+      weight_mode_ == RmsNormWeight::kAfterCast && out != compute && weight.dtype() == out;
+  const Tensor w = after_cast ? Tensor() : in_compute(weight, compute);
   const auto [k, s] = detail::kernels_of("RMSNorm", x, Op::kRmsNormForward, compute);
   Tensor y = Tensor::empty(x.shape(), compute, x.device());
   Tensor rstd = Tensor::empty({rows}, compute, x.device());
-  k.rms_norm_forward(s, compute, rows, dim_, xc.data_ptr(), w.data_ptr(), eps_, y.data_ptr(),
+  k.rms_norm_forward(s, compute, rows, dim_, xc.data_ptr(), ptr_or_null(w), eps_, y.data_ptr(),
                      rstd.data_ptr());
   save_for_backward(NormCtx{xc, Tensor(), rstd, x.shape(), x.dtype()});
-  return y.to(amp::autocast_dtype(amp::OpCategory::kFp32, x.dtype()));
+  return after_cast ? mul(y.to(out), weight) : y.to(out);
 }
 
 Tensor RMSNorm::backward_impl(const Tensor& grad_output) {

@@ -132,10 +132,17 @@ class LayerNorm : public Layer {
   bool has_bias_;
 };
 
+// Where RMSNorm's output meets the weight for a 16-bit input (outside autocast) and a weight of
+// the same dtype: kFused computes x * rstd * w in f32 and rounds once; kAfterCast rounds
+// x * rstd to the input's dtype first and multiplies by the weight in it (transformers'
+// LlamaRMSNorm: weight * hidden_states.to(input_dtype)). The same bits for f32 and f64 inputs.
+enum class RmsNormWeight : uint8_t { kFused, kAfterCast };
+
 // y = x / sqrt(mean(x^2) + eps) * weight (LLaMA's RMSNorm).
 class RMSNorm : public Layer {
  public:
-  explicit RMSNorm(int64_t dim, double eps = 1e-6, DType dtype = DType::kF32);
+  explicit RMSNorm(int64_t dim, double eps = 1e-6, DType dtype = DType::kF32,
+                   RmsNormWeight weight_mode = RmsNormWeight::kFused);
   Parameter& weight() { return param("weight"); }
 
  protected:
@@ -145,6 +152,7 @@ class RMSNorm : public Layer {
  private:
   int64_t dim_;
   double eps_;
+  RmsNormWeight weight_mode_;
 };
 
 // ---- activations and dropout ---------------------------------------------------------------
