@@ -37,6 +37,7 @@
 #include "braid/core/rng.h"
 #include "braid/nn/data_text.h"
 #include "braid/nn/gpt.h"
+#include "braid/nn/llama.h"
 #include "braid/nn/loss.h"
 #include "braid/tensor/ops.h"
 #include "braid/tensor/safetensors.h"
@@ -76,6 +77,22 @@ std::shared_ptr<nn::GPT> tiny_gpt(int64_t n_layer = 3) {
   Generator gen(42);
   gpt->init_weights(gen);
   return gpt;
+}
+
+// A tiny Llama (grouped-query attention, untied head) with the GPT's vocabulary and sequence.
+std::shared_ptr<nn::Llama> tiny_llama(int64_t n_layer = 3) {
+  nn::LlamaConfig c;
+  c.vocab_size = kVocab;
+  c.hidden_size = 24;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = n_layer;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 16;
+  auto llama = std::make_shared<nn::Llama>(c);
+  Generator gen(42);
+  llama->init_weights(gen);
+  return llama;
 }
 
 std::string arg(const std::vector<std::string>& a, const std::string& key, std::string def) {
@@ -179,7 +196,9 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
   cfg.distributed_type = accel::DistributedType::kFsdp;
   accel::FullyShardedDataParallelPlugin fsdp;
   fsdp.auto_wrap_policy = shard::WrapKind::kTransformerBased;
-  fsdp.transformer_cls_names_to_wrap = {"GPT2Block"};
+  // --model llama: the same layouts for the second family (nothing below names either).
+  const bool llama = arg(a, "--model", "gpt2") == "llama";
+  fsdp.transformer_cls_names_to_wrap = {llama ? "LlamaDecoderLayer" : "GPT2Block"};
   cfg.fsdp_plugin = fsdp;
   cfg.megatron_lm_plugin = accel::MegatronLMPlugin{
       .tp_degree = tp, .pp_degree = pp, .sequence_parallelism = flag(a, "--sp")};
@@ -223,8 +242,10 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     Tensor all = Tensor::empty({world->size() * first.numel()}, DType::kF64);
     world->all_gather_into(all, first);
     for (int r = 0; r < world->size(); ++r) {
-      const bool same_dp =
-          acc.mesh() == nullptr || acc.mesh()->coordinate_of(r)[0] == acc.mesh()->coordinate()[0];
+      // Without a mesh every rank is its own dp index.
+      const bool same_dp = acc.mesh() == nullptr
+                               ? r == world->rank()
+                               : acc.mesh()->coordinate_of(r)[0] == acc.mesh()->coordinate()[0];
       const bool equal = std::equal(first.data<double>(), first.data<double>() + first.numel(),
                                     all.data<double>() + r * first.numel());
       BRAID_CHECK(equal == same_dp, kInternal, "rank ", r, "'s first batch ",
@@ -236,7 +257,11 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
   }
 
   // One prepared model and one training step for every layout.
-  auto model = acc.prepare_model(tiny_gpt(layers));
+  const auto make = [&]() -> std::shared_ptr<nn::CausalLM> {
+    if (llama) return tiny_llama(layers);
+    return tiny_gpt(layers);
+  };
+  auto model = acc.prepare_model(make());
   if (model->pipelined()) {
     const shard::Pipeline& pipe = model->pipeline().pipeline();
     acc.print("pipeline: " + std::to_string(pipe.shape().virtual_stages) + " chunk(s) per rank, " +
@@ -287,8 +312,8 @@ int parallel(const std::string& out, const std::vector<std::string>& a) {
     acc.print("save_state / load_state restored the model");
   }
   const NamedTensors state = acc.get_state_dict(*model);
-  // Every parameter of the whole GPT, whole (lm_head.weight is wte's tied name).
-  auto whole = tiny_gpt(layers);
+  // Every parameter of the whole model, whole (GPT: lm_head.weight is wte's tied name).
+  auto whole = make();
   std::map<std::string, Shape> got;
   for (auto& [name, t] : state) got.emplace(name, t.shape());
   for (auto& [name, p] : whole->named_parameters()) {

@@ -12,6 +12,9 @@
 #          add in another order), the dp split of the data, get_state_dict / save_model whole;
 #          fp16 through pipelines with skipped (overflowing) steps within 1e-3; interleaved
 #          1F1B (two chunks per rank); save_state / load_state round trips in every layout.
+# parallel_llama: the second family (nn::Llama: grouped-query attention, untied head) through
+#          the same PreparedModel and train_step: ZeRO-3 over 2 ranks, tp 2, pp 2, tp 2 x pp 2,
+#          each step's loss and norm within 1e-6 of one process's, save/load round trips.
 # methods: gather_for_metrics on 3 ranks, find_executable_batch_size with one rank failing,
 #          debug: true catching a mismatched call, save_on_each_node on two ranks posing as
 #          two machines, and the other methods (misc).
@@ -72,6 +75,26 @@ train)
   grep -q "resumed after 4 batches" "$out/resumed_w4.log" ||
     { cat "$out/resumed_w4.log"; echo "FAIL: the third launch did not resume at step 4" >&2; exit 1; }
   same ref_const resumed_w4
+  ;;
+parallel_llama)
+  steps() { grep -oE "step [0-9]+ loss [^ ]+ norm [^ ]+" "$out/$1.log"; }
+  run one 1 parallel "$out/one" --model llama --tp 1 --pp 1 --save-load
+  for c in "z3 2 --tp 1 --pp 1" "tp2 2 --tp 2 --pp 1" "pp2 2 --tp 1 --pp 2" "tp2pp2 4 --tp 2 --pp 2"; do
+    set -- $c
+    name=$1 n=$2
+    shift 2
+    run "$name" "$n" parallel "$out/$name" --model llama "$@" --save-load
+    grep -q "parallel OK" "$out/$name.log" || { echo "FAIL: $name did not finish" >&2; exit 1; }
+    grep -q "load_state restored the model" "$out/$name.log" ||
+      { echo "FAIL: $name: no save/load round trip" >&2; exit 1; }
+    [[ $(steps one | wc -l) -ge 3 && $(steps one | wc -l) -eq $(steps "$name" | wc -l) ]] ||
+      { echo "FAIL: $name and one ran different numbers of steps" >&2; exit 1; }
+    paste -d' ' <(steps one) <(steps "$name") | awk -v name="$name" '
+      function off(a, b) { d = a - b; if (d < 0) d = -d; return d / (b < 0 ? -b : b) }
+      { if (off($4, $10) > 1e-6 || off($6, $12) > 1e-6) { print "FAIL: " name ": " $0; bad = 1 } }
+      END { exit bad }' || exit 1
+    echo "$name: every step's loss and norm within 1e-6 of one process's"
+  done
   ;;
 parallel)
   # "step N loss X norm Y S" with S = 1 for a skipped (fp16 overflow) step, else 0.

@@ -14,6 +14,7 @@
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "braid/nn/gpt.h"
+#include "braid/nn/llama.h"
 #include "braid/shard/pipeline.h"
 #include "braid/shard/tensor_parallel.h"
 #include "braid/tensor/ops.h"
@@ -242,6 +243,64 @@ TEST(ParallelizeGpt, LogitsAndGradientsMatchTheWholeModel) {
         f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
       }
       for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+    });
+  }
+}
+
+// The second family through the same parallelize: a TP = 2 Llama (grouped-query attention,
+// untied and tied heads) gives the whole model's logits and every gradient (f64), and one built
+// on the meta device gets the slices of a whole init_weights.
+TEST(ParallelizeLlama, LogitsAndGradientsMatchTheWholeModel) {
+  for (bool tied : {false, true}) {
+    on_ranks(2, [tied](std::shared_ptr<ProcessGroup> tp) {
+      nn::LlamaConfig cfg;
+      cfg.vocab_size = 37;
+      cfg.hidden_size = 24;
+      cfg.intermediate_size = 40;
+      cfg.num_hidden_layers = 2;
+      cfg.num_attention_heads = 4;
+      cfg.num_key_value_heads = 2;
+      cfg.max_position_embeddings = 16;
+      cfg.tie_word_embeddings = tied;
+      cfg.dtype = DType::kF64;
+      Generator g1(3), g2(3);
+      nn::Llama whole(cfg), model(cfg);
+      whole.init_weights(g1);
+      model.init_weights(g2);
+      auto plan = parallelize(model, tp, model.parallel_plan());
+      // embed_tokens (+ lm_head untied), per layer q, k, v, o, gate, up, down.
+      EXPECT_EQ(plan->num_split(), (tied ? 1u : 2u) + 2u * 7u);
+      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+      Generator data(4);
+      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
+      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
+      nn::CrossEntropyLoss ce;
+      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
+      const Tensor loss = ce.forward(whole.forward(ids), labels);
+      whole.backward(ce.backward());
+      const Tensor loss_tp = vce.forward(model.forward(ids), labels);
+      model.backward(vce.backward());
+      tp_testing::Failures f;
+      f.close("loss", loss_tp, loss);
+      const auto want = whole.named_parameters();
+      const auto got = model.named_parameters();
+      ASSERT_EQ(want.size(), got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].first, want[i].first);
+        const nn::Parameter& p = got[i].second;
+        Tensor expected = want[i].second.grad();
+        if (const TensorSlice* sl = plan->slice(p)) {
+          expected = tp_testing::local_of(expected, static_cast<int>(sl->dim), sl->segments,
+                                          p.data().size(static_cast<int>(sl->dim)));
+        }
+        f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
+      }
+      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+      // Llama has no sequence-parallel form: asking for one is refused by name.
+      nn::Llama other(cfg);
+      expect_error(
+          [&] { parallelize(other, tp, other.parallel_plan(), {.sequence_parallel = true}); },
+          ErrorKind::kNotSupported, "LlamaForCausalLM's plan has no sequence-parallel form");
     });
   }
 }
