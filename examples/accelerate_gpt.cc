@@ -11,11 +11,12 @@
 // (/usr/share/common-licenses), output_dir
 // (accelerate_gpt_out), max_steps (200), global_batch_size (16 sequences per optimizer step,
 // whatever the number of ranks), micro_batch_size (4 per rank), context (64), n_layer (2),
-// n_embd (64), n_head (4), lr (3e-3), warmup_steps (max_steps / 10), log_every (10),
-// save_every (100), sample_tokens (160), resume (false), max_final_loss (unset: no check),
-// stop_after (0: never; else save_state after that step and end, as an interrupted job),
-// tp_degree and pp_degree (1: megatron_lm_config's degrees; above 1 the ranks form a
-// (dp, pp, tp) mesh: the GPT is split over tp and cut into pp pipeline stages, 1F1B).
+// n_embd (64), n_head (4), model (gpt2; llama: the Llama family with n_kv_head (n_head / 2)
+// key / value heads and an untied head, the rest as gpt2's), lr (3e-3), warmup_steps (max_steps /
+// 10), log_every (10), save_every (100), sample_tokens (160), resume (false), max_final_loss
+// (unset: no check), stop_after (0: never; else save_state after that step and end, as an
+// interrupted job), tp_degree and pp_degree (1: megatron_lm_config's degrees; above 1 the ranks
+// form a (dp, pp, tp) mesh: the model is split over tp and cut into pp pipeline stages, 1F1B).
 // gradient_accumulation_steps follows from global_batch_size / (micro_batch_size x dp ranks);
 // with pp_degree > 1 they are the pipeline's micro-batches of one step.
 //
@@ -25,8 +26,8 @@
 // under <output_dir>/logs. Checkpoints (save_state) every save_every steps under
 // <output_dir>/checkpoints, the oldest beyond total_limit removed; `--resume true` continues
 // from the latest. At the end <output_dir>/model.safetensors (+ config.json, so transformers'
-// GPT2LMHeadModel.from_pretrained loads it), and "final loss X" as the last line. Exit code 1
-// when max_final_loss is given and the loss did not fall below it.
+// GPT2LMHeadModel / LlamaForCausalLM.from_pretrained loads it), and "final loss X" as the last
+// line. Exit code 1 when max_final_loss is given and the loss did not fall below it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +42,7 @@
 #include "braid/core/file_util.h"
 #include "braid/nn/data_text.h"
 #include "braid/nn/gpt.h"
+#include "braid/nn/llama.h"
 #include "braid/nn/loss.h"
 #include "braid/tensor/ops.h"
 
@@ -57,6 +59,8 @@ const std::vector<std::string> kOwnKeys = {"data",
                                            "n_layer",
                                            "n_embd",
                                            "n_head",
+                                           "n_kv_head",
+                                           "model",
                                            "lr",
                                            "warmup_steps",
                                            "log_every",
@@ -184,25 +188,45 @@ int run(int argc, char** argv) {
   auto text = std::make_shared<nn::TextBytesDataset>(
       data_dir, nn::TextBytesOptions{.context_length = context});
   const int64_t n = text->size(), n_eval = std::max<int64_t>(1, n / 20);
-  nn::GPTConfig gcfg;
-  gcfg.vocab_size = 256;
-  gcfg.n_positions = context;
-  gcfg.n_embd = accel::extra_int(cfg, "n_embd", 64);
-  gcfg.n_layer = accel::extra_int(cfg, "n_layer", 2);
-  gcfg.n_head = accel::extra_int(cfg, "n_head", 4);
-  gcfg.embd_pdrop = gcfg.attn_pdrop = gcfg.resid_pdrop = 0.0;
-  // The same whole initialization on every rank; prepare_model / prepare_pipeline keep each
-  // rank's part of it.
-  auto gpt = std::make_shared<nn::GPT>(gcfg);
+  // The family (--model): everything below works on nn::CausalLM, whatever it is.
+  const std::string family = accel::extra_string(cfg, "model", "gpt2");
+  const int64_t n_embd = accel::extra_int(cfg, "n_embd", 64),
+                n_layer = accel::extra_int(cfg, "n_layer", 2),
+                n_head = accel::extra_int(cfg, "n_head", 4);
+  const auto build_model = [&]() -> std::shared_ptr<nn::CausalLM> {
+    if (family == "gpt2") {
+      nn::GPTConfig g;
+      g.vocab_size = 256;
+      g.n_positions = context;
+      g.n_embd = n_embd;
+      g.n_layer = n_layer;
+      g.n_head = n_head;
+      g.embd_pdrop = g.attn_pdrop = g.resid_pdrop = 0.0;
+      return std::make_shared<nn::GPT>(g);
+    }
+    BRAID_CHECK(family == "llama", kInvalidArgument, "accelerate_gpt: model '", family,
+                "' is not one of gpt2, llama");
+    nn::LlamaConfig l;
+    l.vocab_size = 256;
+    l.max_position_embeddings = context;
+    l.hidden_size = n_embd;
+    l.intermediate_size = (8 * n_embd / 3 + 15) / 16 * 16;  // SwiGLU's 8/3 d, a multiple of 16
+    l.num_hidden_layers = n_layer;
+    l.num_attention_heads = n_head;
+    l.num_key_value_heads = accel::extra_int(cfg, "n_kv_head", std::max<int64_t>(1, n_head / 2));
+    return std::make_shared<nn::Llama>(l);
+  };
+  // The same whole initialization on every rank; prepare_model keeps each rank's part of it.
+  std::shared_ptr<nn::CausalLM> lm = build_model();
   Generator init_gen(seed);
-  gpt->init_weights(init_gen);
-  const int64_t n_params = gpt->num_parameters();
+  lm->init_weights(init_gen);
+  const int64_t n_params = lm->num_parameters();
   // One prepared model for every layout: dp / ZeRO, split over tp by the model's plan, cut
   // into pp stages.
-  std::shared_ptr<accel::PreparedModel> model = acc.prepare_model(gpt);
-  acc.print("accelerate_gpt: " + std::to_string(W) + " rank(s) (dp " + std::to_string(dp) +
-            ", pp " + std::to_string(pp) + ", tp " + std::to_string(tp) + "), " +
-            std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
+  std::shared_ptr<accel::PreparedModel> model = acc.prepare_model(lm);
+  acc.print("accelerate_gpt: " + lm->type_name() + ", " + std::to_string(W) + " rank(s) (dp " +
+            std::to_string(dp) + ", pp " + std::to_string(pp) + ", tp " + std::to_string(tp) +
+            "), " + std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
             std::to_string(static_cast<int>(acc.sharding_plan().options.stage)) +
             ", mixed precision " + std::string(amp::precision_type_name(acc.mixed_precision())) +
             ", " + std::to_string(n_params) + " parameters, corpus " +
@@ -307,7 +331,7 @@ int run(int argc, char** argv) {
   // The trained model whole on every rank (Accelerate's get_state_dict: shards gathered, tp
   // slices joined, pipeline stages from their ranks) for the held-out loss and the sample.
   const NamedTensors trained = acc.get_state_dict(*model);
-  auto whole = std::make_shared<nn::GPT>(gcfg);
+  std::shared_ptr<nn::CausalLM> whole = build_model();
   whole->load_state_dict(trained, /*strict=*/false);
   nn::CrossEntropyLoss eval_ce;
   double eval_loss = 0;
@@ -339,7 +363,7 @@ int run(int argc, char** argv) {
   acc.save_model(*model, out);
   acc.on_main_process([&] {
     AtomicFile f(out / "config.json");
-    f.write(gcfg.to_hf_json());
+    f.write(whole->hf_config_json());
     f.commit();
     write_loss_svg(out / "loss_curve.svg", curve, first_step);
   });

@@ -6,6 +6,9 @@
 #   run_accelerate_gpt.sh BRAID ACCELERATE_GPT CONFIG OUTDIR [fp8]
 # fp8: instead, the bf16 run beside mixed_precision fp8 on 2 ranks and on 1 (its own ctest, so
 # each stays within the test deadline under the sanitizers).
+# llama: instead, the same job with --model llama (the second family through the same program):
+# the loss falls below the bound, and transformers' LlamaForCausalLM loads the folder it wrote
+# with no missing, unexpected or mismatched key.
 set -euo pipefail
 braid=$1 job=$2 config=$3 out=$4 mode=${5:-}
 rm -rf "$out"
@@ -19,6 +22,24 @@ launch() { # n name args...
   fi
   tail -1 "$out/$name.log" | sed "s/^/$name: /"
 }
+if [[ $mode == llama ]]; then
+  launch 2 llama --output_dir "$out/llama" --save_every 0 --model llama
+  grep -q "LlamaForCausalLM" "$out/llama.log" || { echo "FAIL: the job did not train a Llama" >&2; exit 1; }
+  grep -q "final loss" <(tail -1 "$out/llama.log") || { echo "FAIL: no final loss line" >&2; exit 1; }
+  /usr/bin/python3 - "$out/llama" <<'PY' || { echo "FAIL: transformers did not load the Llama folder" >&2; exit 1; }
+import sys
+import torch
+from transformers import LlamaForCausalLM
+model, info = LlamaForCausalLM.from_pretrained(sys.argv[1], output_loading_info=True)
+bad = {k: v for k, v in info.items() if v}
+assert not bad, bad
+with torch.no_grad():
+    logits = model(torch.arange(16).unsqueeze(0)).logits
+assert logits.shape == (1, 16, 256) and torch.isfinite(logits).all()
+print("transformers: LlamaForCausalLM loaded", sys.argv[1], "with no missing or unexpected key")
+PY
+  exit 0
+fi
 launch 2 whole --output_dir "$out/whole" --save_every 0
 if [[ $mode == fp8 ]]; then
   # mixed_precision fp8 (Transformer Engine's delayed scaling on every Linear; docs/mixed-precision.md,

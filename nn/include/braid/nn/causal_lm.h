@@ -131,6 +131,12 @@ class CausalLM : public Layer {
   virtual std::shared_ptr<CausalLMStage> make_stage(const StageSpec& spec) const = 0;
   // transformers' config.json for this model (save_model writes it beside the weights).
   virtual std::string hf_config_json() const = 0;
+  // Appends max_new_tokens tokens to ids [1, T] (the context cropped to the model's positions):
+  // softmax(logits / temperature) over the top_k tokens (0: all) sampled with `gen`;
+  // temperature 0 takes the argmax. Under NoGradGuard in eval mode, the training mode restored
+  // afterwards. Returns [1, T + max_new_tokens] i64.
+  virtual Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature,
+                          int64_t top_k, Generator& gen) = 0;
 };
 
 // The whole values of elements [offset, offset + count) of a parameter, by its name in the

@@ -148,7 +148,7 @@ class GPT : public CausalLM {
   // `gen`; temperature 0 takes the argmax. Runs under NoGradGuard in eval mode and restores
   // the training mode afterwards. Returns [1, T + max_new_tokens] i64.
   Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature, int64_t top_k,
-                  Generator& gen);
+                  Generator& gen) override;
 
  protected:
   Tensor forward_impl(const Tensor& ids) override;

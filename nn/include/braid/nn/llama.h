@@ -151,7 +151,7 @@ class Llama : public CausalLM {
   // As GPT::generate: greedy (temperature 0) or top-k sampling, the context cropped to
   // max_position_embeddings; no KV cache (each step runs the whole context).
   Tensor generate(const Tensor& ids, int64_t max_new_tokens, double temperature, int64_t top_k,
-                  Generator& gen);
+                  Generator& gen) override;
 
  protected:
   Tensor forward_impl(const Tensor& ids) override;
