@@ -498,7 +498,7 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
   // The model(s) and optimizer: sharded checkpoints whose index also carries the scheduler,
   // the scaler and every rank's RNG state.
   // A pipeline's stages each save their pieces into the same folder (their checkpoint group
-  // is every process), under the GPT's names: it loads at any layout.
+  // is every process), under the model's names: it loads at any layout.
   for (size_t i = 0; i < models.size(); ++i) {
     const auto sub = folder / (i == 0 ? std::string("model") : "model_" + std::to_string(i));
     const shard::TrainingState extra{.scheduler = i == 0 ? scheduler_ : nullptr,
