@@ -110,7 +110,7 @@ for ((t = 1; t <= trials; t++)); do
     # Where the kill landed: the killed rank's last stage line.
     where=$(sed -nE "s/^\[rank $k\] stage ([a-z-]+) ([0-9]+)$/\1 \2/p" "$tmp/out" | tail -n1)
     case ${where%% *} in
-    begin | checked | file-written | index-written | old-moved-aside | published)
+    begin | checked | file-written | index-written | exchanged | old-moved-aside | published)
       inside_save=$((inside_save + 1))
       where="inside the save of step ${where#* } (last stage: ${where%% *})"
       ;;
