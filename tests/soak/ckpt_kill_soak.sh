@@ -9,15 +9,17 @@
 #     that step before it was saved (ckpt_soak_worker check).
 #
 #   ckpt_kill_soak.sh BRAID WORKER TRIALS [SEED]
-# Environment: SOAK_NPROC (4), SOAK_TIMEOUT (collective deadline, s; 5), SOAK_MAX_DELAY_MS
-# (latest kill after the first save; 1000). Each trial prints its rank, delay and the stage
-# of the save the killed rank had reached; the summary counts kills inside a save.
+# Environment: SOAK_NPROC (4), SOAK_TIMEOUT (collective deadline, s; 10: a death is detected
+# without it), SOAK_MAX_DELAY_MS (latest kill after the first save; 1000). Each trial prints
+# its rank, delay and the stage of the save the killed rank had reached; the summary counts
+# kills inside a save. As in kill_soak.sh, a job that fails before the kill (a deadline passed
+# on an overloaded machine) is a void trial, replaced by a new draw.
 set -u
 
 braid=$1 worker=$2 trials=$3
 seed=${4:-$(date +%s%N | cut -c10-18)}
 n=${SOAK_NPROC:-4}
-deadline=${SOAK_TIMEOUT:-5}
+deadline=${SOAK_TIMEOUT:-10}
 max_delay_ms=${SOAK_MAX_DELAY_MS:-1000}
 exit_limit=$((deadline + 10))
 watchdog=$((deadline + 40))
@@ -41,7 +43,7 @@ cleanup_trial() {
 trap 'cleanup_trial; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
-failures=0 max_exit=0 inside_save=0 trial_failed=0
+failures=0 max_exit=0 inside_save=0 trial_failed=0 void=0
 fail() {
   echo "  FAIL: $*"
   trial_failed=1
@@ -94,12 +96,21 @@ for ((t = 1; t <= trials; t++)); do
     --grace-period 1 "$worker" train "$dir/ckpt" "$dir/records" "$k" >"$tmp/out" 2>&1 &
   launcher_pid=$!
   where=-
-  if ! wait_first_save; then
+  ready=0
+  wait_first_save && ready=1
+  ((ready)) && sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+  if ! kill -0 "$launcher_pid" 2>/dev/null || grep -qE '^\[rank [0-9]+\] error' "$tmp/out"; then
+    void=$((void + 1))
+    echo "trial $t: void, the job failed before the kill: $(grep -m1 -E 'error|braid launch:' "$tmp/out")"
+    cleanup_trial
+    ((void > trials)) && { echo "ckpt_kill_soak: more void trials than trials: the machine is too loaded"; failures=$((failures + 1)); break; }
+    t=$((t - 1))
+    continue
+  fi
+  if ((!ready)); then
     fail "no save within 60 s"
     status=none elapsed_ms=0
   else
-    sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
-    running_worker "${pids[$k]}" || fail "rank $k (pid ${pids[$k]}) is not running at the kill"
     t0=$(date +%s%N)
     kill -KILL "${pids[$k]}"
     wait_launcher
@@ -140,6 +151,6 @@ for ((t = 1; t <= trials; t++)); do
   cleanup_trial
   rm -f "$tmp/check"
 done
-printf 'ckpt_kill_soak: seed %s: %d trials, %d failures, %d kills inside a save, max time-to-exit %d.%03d s\n' \
-  "$seed" "$trials" "$failures" "$inside_save" $((max_exit / 1000)) $((max_exit % 1000))
+printf 'ckpt_kill_soak: seed %s: %d trials, %d failures, %d void, %d kills inside a save, max time-to-exit %d.%03d s\n' \
+  "$seed" "$trials" "$failures" "$void" "$inside_save" $((max_exit / 1000)) $((max_exit % 1000))
 ((failures == 0))

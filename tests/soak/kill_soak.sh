@@ -15,21 +15,33 @@
 #     SIGNAL  kill | stop | mixed (each trial picks one)
 #     SEED    the driver's seed (default: from the clock, printed); each trial prints its own
 #             worker seed, rank, signal and delay, so a failure can be replayed
-# Environment: SOAK_NPROC (4), SOAK_TIMEOUT (collective deadline, s; 2), SOAK_MAX_DELAY_MS
-# (latest kill after every rank is ready; 1500).
-# Prints one line per trial and a summary ("... trials, F failures, max time-to-exit X s");
-# exits 1 when any trial failed, printing that trial's whole output.
+# Environment: SOAK_NPROC (4); the collective deadline (braid launch --timeout / BRAID_TIMEOUT)
+# of a SIGKILL trial SOAK_KILL_TIMEOUT (10 s: a death is detected without it, so it only has to
+# outlast start-up and scheduling delays under load) and of a SIGSTOP trial SOAK_STOP_TIMEOUT
+# (4 s: the survivors wait that long); SOAK_MAX_DELAY_MS (latest signal after every rank is
+# ready; 1500).
+# A trial whose job fails before the signal (a rank's error or exit first: on an overloaded
+# machine a deadline can pass with no fault) proves nothing about faults: it is reported as
+# void and replaced by a new draw; more void trials than TRIALS fail the run.
+# Prints one line per trial and a summary ("... trials, F failures, V void, max time-to-exit
+# X s"); exits 1 when any trial failed, printing that trial's whole output.
 set -u
 
 mode=$1 tool=$2 worker=$3 trials=$4 signal_mode=$5
 seed=${6:-$(date +%s%N | cut -c10-18)}
 n=${SOAK_NPROC:-4}
-deadline=${SOAK_TIMEOUT:-2}
+kill_deadline=${SOAK_KILL_TIMEOUT:-10}
+stop_deadline=${SOAK_STOP_TIMEOUT:-4}
 max_delay_ms=${SOAK_MAX_DELAY_MS:-1500}
-# The launcher must exit within the collective deadline + 10 s of the signal; the watchdog
-# (timeout(1) around the launcher) fires later than that, so a hang is reported, not waited on.
-exit_limit=$((deadline + 10))
-watchdog=$((deadline + 40))
+# Per trial (set_deadline): the launcher must exit within the collective deadline + 10 s of
+# the signal; the watchdog (timeout(1) around the launcher) fires later than that, so a hang
+# is reported, not waited on.
+deadline='' exit_limit='' watchdog=''
+set_deadline() {
+  deadline=$1
+  exit_limit=$((deadline + 10))
+  watchdog=$((deadline + 40))
+}
 
 RANDOM=$seed
 tmp=$(mktemp -d /tmp/braid-soak-XXXXXX)
@@ -55,7 +67,7 @@ trap 'cleanup_trial; rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 failures=0
-max_exit=0
+max_exit=0 max_kill=0 max_stop=0
 trial_failed=0
 fail() {
   echo "  FAIL: $*"
@@ -237,7 +249,8 @@ check_trial() {
 }
 
 echo "kill_soak: mode $mode, $trials trial(s), signal $signal_mode, seed $seed, $n ranks," \
-  "deadline ${deadline} s (limit ${exit_limit} s)"
+  "deadline ${kill_deadline} s (SIGKILL) / ${stop_deadline} s (SIGSTOP), exit limit deadline + 10 s"
+void=0
 for ((t = 1; t <= trials; t++)); do
   worker_seed=$RANDOM$RANDOM
   k=$((RANDOM % n))
@@ -248,24 +261,43 @@ for ((t = 1; t <= trials; t++)); do
   mixed) if ((RANDOM % 2)); then sig=KILL; else sig=STOP; fi ;;
   *) echo "kill_soak.sh: unknown signal '$signal_mode' (kill, stop, mixed)" >&2; exit 2 ;;
   esac
+  if [[ $sig == KILL ]]; then set_deadline "$kill_deadline"; else set_deadline "$stop_deadline"; fi
+  elapsed_ms=
   trial_failed=0
   pids=()
   : >"$tmp/raw"  # here, not in the background job: wait_ready must not read the last trial's
   start_job "$worker_seed"
-  if ! wait_ready; then
+  ready=0
+  wait_ready && ready=1
+  ((ready)) && sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+  if ! kill -0 "$launcher_pid" 2>/dev/null || normalize | grep -qE '^\[rank [0-9]+\] (error|wrong result)'; then
+    # The job failed before the signal: void (a wrong result is never void).
+    if normalize | grep -q "wrong result"; then
+      fail "a rank reported a wrong result before any fault"
+    else
+      void=$((void + 1))
+      echo "trial $t: void, the job failed before the signal: $(normalize | grep -m1 -E 'error|braid launch:')"
+      cleanup_trial
+      ((void > trials)) && { echo "kill_soak: more void trials than trials: the machine is too loaded"; failures=$((failures + 1)); break; }
+      t=$((t - 1))
+      continue
+    fi
+  fi
+  if ((!ready)); then
     fail "the job did not start (every rank ready) within 60 s"
     status=none
-  else
-    sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
-    if ! running_worker "${pids[$k]}"; then
-      fail "rank $k (pid ${pids[$k]}) is not running at the kill: the job ended early"
-    fi
+  elif ((!trial_failed)); then
     t0=$(date +%s%N)
     kill -"$sig" "${pids[$k]}"
     wait_launcher
     launcher_pid=
     elapsed_ms=$((($(date +%s%N) - t0) / 1000000))
     ((elapsed_ms > max_exit)) && max_exit=$elapsed_ms
+    if [[ $sig == KILL ]]; then
+      ((elapsed_ms > max_kill)) && max_kill=$elapsed_ms
+    else
+      ((elapsed_ms > max_stop)) && max_stop=$elapsed_ms
+    fi
     ((elapsed_ms > exit_limit * 1000)) &&
       fail "the launcher took ${elapsed_ms} ms to exit, more than ${exit_limit} s"
     normalize >"$tmp/out"
@@ -282,6 +314,7 @@ for ((t = 1; t <= trials; t++)); do
   fi
   cleanup_trial
 done
-printf 'kill_soak: mode %s, signal %s, seed %s: %d trials, %d failures, max time-to-exit %d.%03d s\n' \
-  "$mode" "$signal_mode" "$seed" "$trials" "$failures" $((max_exit / 1000)) $((max_exit % 1000))
+ms() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
+echo "kill_soak: mode $mode, signal $signal_mode, seed $seed: $trials trials, $failures failures," \
+  "$void void, max time-to-exit $(ms "$max_exit") (SIGKILL $(ms "$max_kill"), SIGSTOP $(ms "$max_stop"))"
 ((failures == 0))
