@@ -68,6 +68,7 @@ trap 'exit 130' INT TERM
 
 failures=0
 max_exit=0 max_kill=0 max_stop=0
+unreported=0  # mpirun mode: survivors mpirun ended before they reported
 trial_failed=0
 fail() {
   echo "  FAIL: $*"
@@ -196,7 +197,12 @@ check_trial() {
     launch | mpirun)
       if [[ -z $line ]]; then
         # Under mpirun a survivor may be killed by mpirun before it reports (see the docs).
-        [[ $mode == mpirun ]] || fail "rank $r reported no error"
+        if [[ $mode == mpirun ]]; then
+          echo "  (rank $r reported no error: ended by mpirun first)"
+          unreported=$((unreported + 1))
+        else
+          fail "rank $r reported no error"
+        fi
       elif ! grep -Eq "error: braid: (peer lost|timeout): shm: .*$missing_k" <<<"$line"; then
         fail "rank $r's error does not name rank $k: $line"
       fi
@@ -316,5 +322,5 @@ for ((t = 1; t <= trials; t++)); do
 done
 ms() { printf '%d.%03d s' $(($1 / 1000)) $(($1 % 1000)); }
 echo "kill_soak: mode $mode, signal $signal_mode, seed $seed: $trials trials, $failures failures," \
-  "$void void, max time-to-exit $(ms "$max_exit") (SIGKILL $(ms "$max_kill"), SIGSTOP $(ms "$max_stop"))"
+  "$void void, $unreported unreported survivor(s), max time-to-exit $(ms "$max_exit") (SIGKILL $(ms "$max_kill"), SIGSTOP $(ms "$max_stop"))"
 ((failures == 0))
