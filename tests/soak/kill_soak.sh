@@ -188,7 +188,10 @@ check_trial() {
   fi
   # Survivors: no wrong result; the error names K (shm: in the missing-rank list).
   grep -q "wrong result" "$out" && fail "a rank reported a wrong result"
-  local missing_k="waiting for group ranks \[([0-9]+, )*$k(, [0-9]+)*\]"
+  # K is named either as the cause ("the process of group rank K (pid P) has exited": K died
+  # after it had arrived at the step this rank waits for, so the missing list names the rank
+  # still waiting for K) or in the missing-rank list.
+  local names_k="(the process of group rank $k \(pid [0-9]+\) has exited|waiting for group ranks \[([0-9]+, )*$k(, [0-9]+)*\])"
   for ((r = 0; r < n; r++)); do
     [[ $r -eq $k ]] && continue
     local line
@@ -203,7 +206,7 @@ check_trial() {
         else
           fail "rank $r reported no error"
         fi
-      elif ! grep -Eq "error: braid: (peer lost|timeout): shm: .*$missing_k" <<<"$line"; then
+      elif ! grep -Eq "error: braid: (peer lost|timeout): shm: .*$names_k" <<<"$line"; then
         fail "rank $r's error does not name rank $k: $line"
       fi
       ;;
