@@ -308,11 +308,14 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
       if (p != me_ && aborted != 0) {
         if (reached(word.load(std::memory_order_acquire))) return;  // as below, for an exit
         fail_if_a_peer_exited(c);  // name the cause, not the rank that saw it first
+        // The missing rank is still `peer`, the one this wait is for, not p: a recv from K
+        // that sees an uninvolved rank give up must still say it waits for K (a collective
+        // recomputes the list from the step epochs; a p2p call reports this hint).
         fail_wait(c, ErrorKind::kPeerLost,
                   "group rank " + std::to_string(p) + " (world rank " +
                       std::to_string(context_.global_ranks[p]) + ") left the group after a " +
                       std::string(to_string(static_cast<ErrorKind>(aborted - 1))) + " error",
-                  {p});
+                  {peer});
       }
     }
     const int32_t pid = seg_->control(peer).pid.load(std::memory_order_acquire);

@@ -579,6 +579,37 @@ TEST(ShmErrors, APeerThatNeverArrivesIsATimeoutNamingItAndTheGroupIsThenUnusable
   }
 }
 
+// Regression (kill soak, docs/faults.md): a rank waiting in recv from rank 2, which never
+// sends, saw rank 0 give up after its own timeout and reported "waiting for group ranks [0]":
+// the rank that left, not the one it waited for. It must name rank 2.
+TEST(ShmErrors, ARecvThatSeesAnotherRankLeaveStillNamesThePeerItWaitsFor) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& backend) {
+    if (me == 2) return;  // never sends, never calls
+    std::vector<float> buf(8, 1.f);
+    CollectiveDesc d;
+    d.send = d.recv = buf.data();
+    d.count = 8;
+    if (me == 0) {
+      d.timeout = milliseconds(300);  // all_reduce: times out (1 and 2 never arrive), leaves
+    } else {
+      d.kind = CollectiveKind::kRecv;
+      d.peer = 2;
+    }
+    backend.run(d)->wait();
+  });
+  ASSERT_TRUE(errors[0].has_value());
+  EXPECT_EQ(errors[0]->kind(), ErrorKind::kTimeout) << errors[0]->what();
+  ASSERT_TRUE(errors[1].has_value());
+  EXPECT_EQ(errors[1]->kind(), ErrorKind::kPeerLost) << errors[1]->what();
+  const std::string msg = errors[1]->message();
+  EXPECT_NE(msg.find("recv (seq"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("group rank 0 (world rank 10) left the group after a timeout error"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("waiting for group ranks [2] (world ranks [12])"), std::string::npos) << msg;
+  EXPECT_FALSE(errors[2].has_value());
+}
+
 TEST(ShmErrors, RecvWithAnotherTagIsInvalidArgument) {
   auto errors = errors_of(2, milliseconds(5000), [](int me, Backend& backend) {
     int32_t v = 7;

@@ -83,12 +83,19 @@ std::filesystem::path partial_folder(const std::filesystem::path& folder);
 // Where the previous checkpoint waits while the new one is renamed into place: "<folder>.old".
 std::filesystem::path aside_folder(const std::filesystem::path& folder);
 
-// ---- test hook ----
+// ---- test hooks ----
 // Called by save_sharded_checkpoint on every rank at each stage of a save: "checked" (the
 // coverage verdict is in), "file-written" (this rank's file is in the .partial folder), and
-// on rank 0 only "index-written", "old-moved-aside", "published". Tests kill or throw from it.
+// on rank 0 only "index-written", then, replacing a previous checkpoint, "exchanged" (the
+// folders swapped in one step) or, where the file system cannot swap (and after
+// set_rename_exchange(false)), "old-moved-aside" (the first of two renames), and
+// "published". Tests kill or throw from it.
 using SaveHook = std::function<void(std::string_view stage, int rank)>;
 void set_save_hook(SaveHook hook);  // empty: none (the default)
 void run_save_hook(std::string_view stage, int rank);
+// false: publish with two renames even where the file system can swap folders in one step
+// (Note [Publish by exchange], checkpoint_save.cc); tests of that fallback. Default true.
+void set_rename_exchange(bool enabled);
+bool rename_exchange_enabled();
 
 }  // namespace braid::shard::detail

@@ -5,14 +5,17 @@
 //      once, clears leftovers of an interrupted save and creates "<folder>.partial/";
 //   2. every rank writes its file there and reports its size and CRC32C; rank 0 reads every
 //      file back, checks both and the pieces' records, writes index.json, and swaps the
-//      folder into place (old one renamed aside, .partial renamed in, old one removed).
+//      folder into place in one step (Note [Publish by exchange]; where the file system
+//      cannot: old one renamed aside, .partial renamed in), then removes the old one.
 // A rank that dies makes the others' next collective fail (peer lost, or the group's
 // timeout); the published folder is touched only in step 2's last renames, so the previous
 // checkpoint stays whole.
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc 2.28)
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -39,6 +42,18 @@ SaveHook g_hook;
 void set_save_hook(SaveHook hook) {
   std::lock_guard<std::mutex> lock(g_hook_mutex);
   g_hook = std::move(hook);
+}
+
+namespace {
+std::atomic<bool> g_rename_exchange{true};
+}  // namespace
+
+void set_rename_exchange(bool enabled) {
+  g_rename_exchange.store(enabled);
+}
+
+bool rename_exchange_enabled() {
+  return g_rename_exchange.load();
 }
 
 void run_save_hook(std::string_view stage, int rank) {
@@ -337,14 +352,60 @@ void fsync_folder(const fs::path& folder) {
   BRAID_CHECK(rc == 0, kIo, "fsync ", p, ": ", std::strerror(err));
 }
 
+// Swaps the two folders in one step (renameat2 RENAME_EXCHANGE). False, with nothing changed,
+// where the file system or kernel cannot (EINVAL, ENOSYS) or detail::set_rename_exchange
+// turned it off; any other failure is kIo.
+bool exchange_folders(const fs::path& a, const fs::path& b) {
+  if (!rename_exchange_enabled()) return false;
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int err = errno;
+  BRAID_CHECK(err == EINVAL || err == ENOSYS, kIo, "save_sharded_checkpoint: exchange ", a, " and ",
+              b, ": ", std::strerror(err));
+  return false;
+}
+
+// Rank 0, replacing an existing checkpoint: Note [Publish by exchange]. The previous
+// checkpoint ends in "<folder>.partial" and is removed.
+bool publish_by_exchange(const fs::path& target) {
+  const fs::path partial = partial_folder(target);
+  if (!exchange_folders(partial, target)) return false;
+  try {
+    run_save_hook("exchanged", 0);
+    fsync_folder(target.parent_path());
+  } catch (...) {
+    // An error (not a crash) fails the save: the previous checkpoint goes back in place.
+    exchange_folders(partial, target);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove_all(partial, ec);
+  if (ec) {
+    BRAID_LOG(kWarning) << "save_sharded_checkpoint: could not remove the previous checkpoint "
+                        << partial << ": " << ec.message();
+  }
+  run_save_hook("published", 0);
+  return true;
+}
+
+// Note [Publish by exchange]
+// Replacing <folder> by two renames (<folder> to <folder>.old, then <folder>.partial to
+// <folder>) leaves a moment without <folder>: a crash there (the kill soak aims at such
+// moments) leaves the previous checkpoint in <folder>.old, which readers refuse until the
+// next save puts it back. renameat2(RENAME_EXCHANGE) swaps the two names atomically, so
+// <folder> always names a complete checkpoint, the previous or the new one. ext4, xfs, btrfs,
+// tmpfs and overlayfs support it; elsewhere (EINVAL: NFS, some FUSE file systems) the two
+// renames remain.
+
 // Rank 0: index last, then the swap. If renaming the new folder in fails, the old one is put
-// back, so the target always names a complete checkpoint except between two renames.
+// back, so the target always names a complete checkpoint (with the two-rename fallback:
+// except between its two renames).
 void publish(const fs::path& target, const CheckpointIndex& index) {
   const fs::path partial = partial_folder(target);
   const fs::path aside = aside_folder(target);
   write_file_atomic(partial / kIndexName, format_checkpoint_index(index));
   run_save_hook("index-written", 0);
   const bool had_old = fs::exists(target);
+  if (had_old && publish_by_exchange(target)) return;
   if (had_old) fs::rename(target, aside);
   try {
     run_save_hook("old-moved-aside", 0);

@@ -286,10 +286,13 @@ TEST(ShardedCheckpointPublish, SecondSaveReplacesTheFirst) {
 }
 
 // A failure at each stage of the second save (an exception from the hook stands for a crash
-// that unwinds, or an I/O error) leaves the first checkpoint loadable.
+// that unwinds, or an I/O error) leaves the first checkpoint loadable; with the one-step
+// exchange and with the two-rename fallback (old-moved-aside).
 TEST(ShardedCheckpointPublish, AFailureAtAnyStageKeepsThePreviousCheckpoint) {
-  for (const char* stage : {"file-written", "index-written", "old-moved-aside"}) {
+  for (const char* stage : {"file-written", "index-written", "exchanged", "old-moved-aside"}) {
     SCOPED_TRACE(stage);
+    const bool two_renames = std::string(stage) == "old-moved-aside";
+    detail::set_rename_exchange(!two_renames);
     TempDir dir;
     const fs::path folder = dir.path() / "ckpt";
     save_threads(folder, 2, 1);
@@ -299,10 +302,40 @@ TEST(ShardedCheckpointPublish, AFailureAtAnyStageKeepsThePreviousCheckpoint) {
     });
     const auto errors = save_threads(folder, 2, 2);
     detail::set_save_hook({});
+    detail::set_rename_exchange(true);
     expect_same_error(errors, "injected failure at " + std::string(stage));
     expect_model(folder, 1);
     EXPECT_FALSE(fs::exists(dir.path() / "ckpt.old"));
+    EXPECT_FALSE(fs::exists(dir.path() / "ckpt.partial"));
   }
+}
+
+// Regression (kill soak, docs/faults.md): the publish replaced the folder by two renames, so
+// a crash between them left no loadable <folder> (only <folder>.old). Now, at every stage of
+// a save that replaces a checkpoint, <folder> loads and holds the previous or the new one.
+TEST(ShardedCheckpointPublish, TheFolderLoadsAtEveryStageOfAReplacement) {
+  TempDir dir;
+  const fs::path folder = dir.path() / "ckpt";
+  save_threads(folder, 2, 1);
+  std::vector<std::string> seen;  // "<stage>: seed <s>" or "<stage>: <error>"
+  detail::set_save_hook([&](std::string_view stage, int rank) {
+    if (rank != 0) return;
+    try {
+      seen.push_back(std::string(stage) + ": seed " +
+                     ShardedCheckpoint(folder).metadata().at("seed"));
+    } catch (const Error& e) {
+      seen.push_back(std::string(stage) + ": " + e.message());
+    }
+  });
+  const auto errors = save_threads(folder, 2, 2);
+  detail::set_save_hook({});
+  expect_same_error(errors, "");
+  EXPECT_EQ(seen, (std::vector<std::string>{"checked: seed 1", "file-written: seed 1",
+                                            "index-written: seed 1", "exchanged: seed 2",
+                                            "published: seed 2"}));
+  expect_model(folder, 2);
+  EXPECT_FALSE(fs::exists(dir.path() / "ckpt.partial"));
+  EXPECT_FALSE(fs::exists(dir.path() / "ckpt.old"));
 }
 
 TEST(ShardedCheckpointPublish, LeftoversAreExplainedAndCleanedUp) {
