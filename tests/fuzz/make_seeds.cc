@@ -10,9 +10,13 @@
 #include <vector>
 
 #include "braid/accel/config.h"
+#include "braid/amp/grad_scaler.h"
 #include "braid/comm/object.h"
 #include "braid/comm/store.h"
 #include "braid/core/file_util.h"
+#include "braid/nn/gpt.h"
+#include "braid/nn/lr_scheduler.h"
+#include "braid/nn/optim.h"
 #include "braid/tensor/safetensors.h"
 #include "checkpoint_internal.h"
 #include "tcp_store_wire.h"
@@ -76,7 +80,14 @@ void safetensors_index() {
                 {"b", vec({1, 2, 3, 4}, {2, 2}, DType::kF32)},
                 {"c", vec({1, 2}, {2}, DType::kF64)}},
                uint64_t{16});
-  put("safetensors_index", "save_sharded.json", read_file(tmp / "model.safetensors.index.json"));
+  const std::string index_text = read_file(tmp / "model.safetensors.index.json");
+  put("safetensors_index", "save_sharded.json", index_text);
+  // safetensors_sharded: the index, then one shard; the target writes it under every name.
+  const std::string one_shard = safetensors_bytes({{"a", vec({1, 2, 3, 4}, {4}, DType::kF32)},
+                                                   {"b", vec({1, 2, 3, 4}, {2, 2}, DType::kF32)},
+                                                   {"c", vec({1, 2}, {2}, DType::kF64)}});
+  put("safetensors_sharded", "three_tensors.bin",
+      le32(static_cast<uint32_t>(index_text.size())) + index_text + one_shard);
   fs::remove_all(tmp);
   put("safetensors_index", "nested_names.json",
       format_safetensors_index({12345,
@@ -215,6 +226,19 @@ void object_format() {
   put("object_format", "int.bin", serialize_tree(Tree(int64_t{-7})));
 }
 
+void training_state() {
+  nn::AdamW adamw({nn::Parameter(vec({1, 2, 3, 4, 5, 6}, {2, 3}, DType::kF32)),
+                   nn::Parameter(vec({1, 2, 3}, {3}, DType::kF32))},
+                  nn::OptimizerOptions{});
+  nn::LRScheduler scheduler(adamw, nn::SchedulerType::kLinear, {10, 100});
+  scheduler.step();
+  amp::GradScaler scaler;
+  put("training_state", "gpt_config.json", std::string(1, '\0') + nn::GPTConfig{}.to_hf_json());
+  put("training_state", "optimizer.json", std::string(1, '\1') + adamw.state_dict().json);
+  put("training_state", "scheduler.json", std::string(1, '\2') + scheduler.state_json());
+  put("training_state", "scaler.json", std::string(1, '\3') + scaler.state_json());
+}
+
 void c_api() {
   put("c_api", "unique_id.bin",
       std::string(1, '\0') + "braid-uid-1 127.0.0.1 29500 0123456789abcdef0123456789abcdef");
@@ -240,6 +264,7 @@ int main(int argc, char** argv) {
   store_wire();
   file_store();
   object_format();
+  training_state();
   c_api();
   std::cout << "seeds written to " << out_root << "\n";
   return 0;
