@@ -10,7 +10,7 @@
 #   BRAID_TEST_TIMEOUT  per-test timeout in seconds (default 600)
 #   BRAID_SKIP_ASAN=1   skip step 4 (for a quick local run; CI never sets it)
 #   BRAID_SKIP_FUZZ=1   skip step 5 (likewise)
-#   BRAID_FUZZ_SECONDS  seconds each fuzz target runs in step 5 (default 15)
+#   BRAID_FUZZ_SECONDS  seconds each fuzz target runs in step 5 (default 10)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -51,7 +51,7 @@ if [[ ${BRAID_SKIP_FUZZ:-0} != 1 ]]; then
   # Only the fuzz targets are built (not the apps, tests or python module of that folder).
   step "configure build-fuzz/ (libFuzzer, clang 15)" braid_configure_fuzz build-fuzz
   step "build build-fuzz/ (fuzz targets)" cmake --build build-fuzz -j "$BRAID_JOBS" --target braid_fuzz
-  fuzz_seconds=${BRAID_FUZZ_SECONDS:-15}
+  fuzz_seconds=${BRAID_FUZZ_SECONDS:-10}
   step "fuzz: each target ${fuzz_seconds} s" bash tests/fuzz/run.sh build-fuzz \
     -max_total_time="$fuzz_seconds" -timeout=20 -rss_limit_mb=2048
 fi
