@@ -694,8 +694,14 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
     const std::string text = read_text(f);
     try {  // a file from disk: what the JSON library throws on it is corrupt data
       const auto j = nlohmann::json::parse(text);
-      resumed_.push_back({j.at("epoch").get<int64_t>(), j.at("batches").get<int64_t>(),
-                          j.at("samples").get<int64_t>()});
+      // Integers only: get<int64_t> converts a JSON float (1e48) with undefined behaviour.
+      const auto integer = [&](const char* key) {
+        const nlohmann::json& v = j.at(key);
+        BRAID_CHECK(v.is_number_integer(), kCorruptData, "Accelerator::load_state: ", f.string(),
+                    ": ", key, " is ", v.dump(), ", expected an integer");
+        return v.get<int64_t>();
+      };
+      resumed_.push_back({integer("epoch"), integer("batches"), integer("samples")});
     } catch (const nlohmann::json::exception& e) {
       BRAID_FAIL(kCorruptData, "Accelerator::load_state: ", f.string(),
                  " is not the data loader position save_state writes (an object of integers "

@@ -365,6 +365,12 @@ void ShardedModel::load_checkpoint(const std::vector<ShardedModel*>& models,
     // The saved optimizer's scalars, re-laid for this layout: every parameter has taken the same
     // number of steps (one group, every parameter stepped each step).
     const auto& steps = saved.at("step");
+    for (const auto& v : steps) {  // integers only: get<int64_t> of a float can be UB
+      BRAID_CHECK(v.is_number_integer(), kCorruptData,
+                  "ShardedModel::load_checkpoint: ", folder.string(),
+                  "/index.json: the optimizer state (metadata \"", kOptimizerJson, "\") has step ",
+                  v.dump(), ", expected an integer");
+    }
     const int64_t step = steps.empty() ? 0 : steps.at(0).get<int64_t>();
     for (const auto& v : steps) {
       BRAID_CHECK(v.get<int64_t>() == step, kInvalidArgument,
