@@ -11,6 +11,7 @@ set -euo pipefail
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git ccache  # toolchain (ccache: faster CI reruns)
   clang-format                                             # scripts/format.sh
+  clang-15 libclang-common-15-dev                          # tests/fuzz: clang 15 and its libFuzzer runtime
   libgtest-dev libgmock-dev libbenchmark-dev               # tests and bench/
   libeigen3-dev nlohmann-json3-dev libyaml-cpp-dev         # kernels GEMM, JSON and YAML
   libcli11-dev                                             # apps/: the braid CLI

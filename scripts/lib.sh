@@ -64,6 +64,23 @@ braid_configure() {
   cmake "${args[@]}" "$@"
 }
 
+# braid_configure_fuzz <build-dir> [cmake args...]: the libFuzzer build of tests/fuzz/
+# (docs/fuzzing.md): clang 15, every library instrumented for libFuzzer, ASan and UBSan
+# (cmake/BraidFuzz.cmake); GPU components and the UCX / MPI transports off, as no parser needs
+# them; no tests, benchmarks or examples. Build it with --target braid_fuzz.
+# -O1 -gline-tables-only: reports keep file:line, and the build takes about a third less CPU
+# time than with -g (full debug info), which matters to CI's 2 cores.
+braid_configure_fuzz() {
+  local dir=$1
+  shift
+  braid_configure "$dir" -DCMAKE_C_COMPILER=clang-15 -DCMAKE_CXX_COMPILER=clang++-15 \
+    -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" \
+    -DCMAKE_C_FLAGS_DEBUG="-O1 -gline-tables-only" -DBRAID_FUZZ=ON -DBRAID_SANITIZE= \
+    -DBRAID_BUILD_TESTS=OFF -DBRAID_BUILD_BENCH=OFF -DBRAID_BUILD_EXAMPLES=OFF \
+    -DBRAID_WITH_CUDA=OFF -DBRAID_WITH_HIP=OFF -DBRAID_WITH_NCCL=OFF \
+    -DBRAID_WITH_UCX=OFF -DBRAID_WITH_MPI=OFF "$@"
+}
+
 braid_build() {
   cmake --build "$1" -j "$BRAID_JOBS"
 }

@@ -4,9 +4,13 @@
 #   2. fails on unformatted C++ (scripts/format.sh --check)
 #   3. builds build/ (Release, with benchmarks) and runs the whole ctest suite
 #   4. builds build-asan/ with -DBRAID_SANITIZE=address,undefined and runs the suite again
+#   5. builds the libFuzzer targets in build-fuzz/ (clang 15) and runs each for a short fixed
+#      time over its seed corpus, failing on any crash (docs/fuzzing.md)
 # Tests labelled "gpu" run only where a GPU is present. Prints each step's time.
 #   BRAID_TEST_TIMEOUT  per-test timeout in seconds (default 600)
 #   BRAID_SKIP_ASAN=1   skip step 4 (for a quick local run; CI never sets it)
+#   BRAID_SKIP_FUZZ=1   skip step 5 (likewise)
+#   BRAID_FUZZ_SECONDS  seconds each fuzz target runs in step 5 (default 10)
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
@@ -42,6 +46,15 @@ if [[ ${BRAID_SKIP_ASAN:-0} != 1 ]]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   # The kill soak (label soak) runs in the Release pass only: docs/faults.md, "Kill soak".
   step "ctest build-asan/" ctest --test-dir build-asan "${ctest_args[@]}" -LE "gpu|soak"
+fi
+
+if [[ ${BRAID_SKIP_FUZZ:-0} != 1 ]]; then
+  # Only the fuzz targets are built (not the apps, tests or python module of that folder).
+  step "configure build-fuzz/ (libFuzzer, clang 15)" braid_configure_fuzz build-fuzz
+  step "build build-fuzz/ (fuzz targets)" cmake --build build-fuzz -j "$BRAID_JOBS" --target braid_fuzz
+  fuzz_seconds=${BRAID_FUZZ_SECONDS:-10}
+  step "fuzz: each target ${fuzz_seconds} s" bash tests/fuzz/run.sh build-fuzz \
+    -max_total_time="$fuzz_seconds" -timeout=20 -rss_limit_mb=2048
 fi
 
 step_summary

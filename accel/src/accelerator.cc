@@ -2,10 +2,12 @@
 #include "braid/accel/accelerator.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -408,6 +410,15 @@ ProgressBar Accelerator::progress_bar(ProgressOptions options) const {
 
 namespace {
 
+// <i> of a checkpoint_<i> folder (digits, by the callers' regex); nullopt when it does not fit
+// an int64 (a folder someone else named), which std::stoll would have thrown for.
+std::optional<int64_t> checkpoint_number(const std::string& digits) {
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (ec != std::errc() || end != digits.data() + digits.size()) return std::nullopt;
+  return n;
+}
+
 // save_state / load_state report each part they write or read at info level (Accelerate logs
 // the same at INFO): the models, then the loaders and registered objects.
 ProgressBar checkpoint_progress(const std::string& what, const std::filesystem::path& folder,
@@ -462,7 +473,8 @@ std::filesystem::path Accelerator::checkpoint_folder(bool for_load) const {
     for (const auto& e : std::filesystem::directory_iterator(root)) {
       std::smatch m;
       const std::string f = e.path().filename().string();
-      if (std::regex_match(f, m, name)) best = std::max<int64_t>(best, std::stoll(m[1]));
+      if (!std::regex_match(f, m, name)) continue;
+      if (const auto n = checkpoint_number(m[1].str())) best = std::max(best, *n);
     }
   }
   BRAID_CHECK(best >= 0, kInvalidArgument, "Accelerator::load_state: no checkpoint_<i> in ",
@@ -542,7 +554,8 @@ std::filesystem::path Accelerator::save_state(const std::filesystem::path& dir) 
       for (const auto& e : std::filesystem::directory_iterator(folder.parent_path())) {
         std::smatch m;
         const std::string f = e.path().filename().string();
-        if (std::regex_match(f, m, name)) all.emplace_back(std::stoll(m[1]), e.path());
+        if (!std::regex_match(f, m, name)) continue;
+        if (const auto n = checkpoint_number(m[1].str())) all.emplace_back(*n, e.path());
       }
       std::sort(all.begin(), all.end());
       for (size_t i = 0; i + static_cast<size_t>(*limit) < all.size(); ++i) {
@@ -575,9 +588,23 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
   for (size_t i = 0;; ++i) {
     const auto f = folder / ("dataloader_" + std::to_string(i) + ".json");
     if (!std::filesystem::exists(f)) break;
-    const auto j = nlohmann::json::parse(read_text(f));
-    resumed_.push_back({j.at("epoch").get<int64_t>(), j.at("batches").get<int64_t>(),
-                        j.at("samples").get<int64_t>()});
+    const std::string text = read_text(f);
+    try {  // a file from disk: what the JSON library throws on it is corrupt data
+      const auto j = nlohmann::json::parse(text);
+      // Integers only: get<int64_t> converts a JSON float (1e48) with undefined behaviour.
+      const auto integer = [&](const char* key) {
+        const nlohmann::json& v = j.at(key);
+        BRAID_CHECK(v.is_number_integer(), kCorruptData, "Accelerator::load_state: ", f.string(),
+                    ": ", key, " is ", v.dump(), ", expected an integer");
+        return v.get<int64_t>();
+      };
+      resumed_.push_back({integer("epoch"), integer("batches"), integer("samples")});
+    } catch (const nlohmann::json::exception& e) {
+      BRAID_FAIL(kCorruptData, "Accelerator::load_state: ", f.string(),
+                 " is not the data loader position save_state writes (an object of integers "
+                 "epoch, batches, samples): ",
+                 e.what());
+    }
   }
   for (size_t i = 0; i < custom_.size(); ++i) {
     const auto f = folder / ("custom_checkpoint_" + std::to_string(i) + ".json");
@@ -588,8 +615,10 @@ void Accelerator::load_state(const std::filesystem::path& dir) {
   }
   if (automatic) {
     // The next automatic save follows the loaded one.
+    // checkpoint_folder(true) found it by its number, which fits an int64.
     iteration_ =
-        std::stoll(folder.filename().string().substr(std::string("checkpoint_").size())) + 1;
+        *checkpoint_number(folder.filename().string().substr(std::string("checkpoint_").size())) +
+        1;
   }
   progress.update();
   micro_in_window_ = 0;

@@ -80,7 +80,8 @@ DeviceMap clean_device_map(DeviceMap device_map) {
 
 void check_device_map(nn::Module& model, const DeviceMap& device_map) {
   std::vector<std::string> uncovered;
-  for (const auto& [name, t] : model.state_dict()) {
+  for (const auto& entry : model.state_dict()) {
+    const std::string& name = entry.first;  // clang 15 cannot capture a structured binding
     const bool covered = std::any_of(device_map.begin(), device_map.end(),
                                      [&](const auto& e) { return is_within(name, e.first); });
     if (!covered) uncovered.push_back(name);

@@ -272,7 +272,8 @@ LoadCheckpointResult load_checkpoint_in_model(nn::Module& model, const fs::path&
                 " but the model's has shape ", shape_str(it->second.shape()));
     if (!map.empty()) device_for(map, name);  // throws naming a tensor without a device
   }
-  for (const auto& [name, t] : model_tensors) {
+  for (const auto& entry : model_tensors) {
+    const auto& name = entry.first;  // clang 15 cannot capture a structured binding
     if (ckpt.count(name)) continue;
     const auto group = std::find_if(tied.begin(), tied.end(), [&](const auto& g) {
       return std::find(g.begin(), g.end(), name) != g.end();

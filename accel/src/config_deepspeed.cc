@@ -14,11 +14,11 @@ namespace {
 using Json = nlohmann::json;
 
 struct Reader {
-  const std::filesystem::path& file;
+  std::string_view file;
 
   [[noreturn]] void bad(std::string_view field, const Json& value, std::string_view expected) {
-    BRAID_FAIL(kInvalidArgument, "DeepSpeed config ", file.string(), ": ", field, " = ",
-               value.dump(), ": expected ", expected);
+    BRAID_FAIL(kInvalidArgument, "DeepSpeed config ", file, ": ", field, " = ", value.dump(),
+               ": expected ", expected);
   }
   static bool is_auto(const Json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
 
@@ -65,16 +65,20 @@ struct Reader {
 }  // namespace
 
 void apply_deepspeed_json(AcceleratorConfig& config, const std::filesystem::path& path) {
-  std::string bytes = read_file(path);  // kIo naming the path
+  apply_deepspeed_json_text(config, read_file(path), path.string());  // kIo naming the path
+}
+
+void apply_deepspeed_json_text(AcceleratorConfig& config, std::string_view text,
+                               std::string_view what) {
   Json j;
   try {
-    j = Json::parse(bytes);
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
-    BRAID_FAIL(kCorruptData, "DeepSpeed config ", path.string(), " is not valid JSON: ", e.what());
+    BRAID_FAIL(kCorruptData, "DeepSpeed config ", what, " is not valid JSON: ", e.what());
   }
-  BRAID_CHECK(j.is_object(), kCorruptData, "DeepSpeed config ", path.string(),
+  BRAID_CHECK(j.is_object(), kCorruptData, "DeepSpeed config ", what,
               ": expected a JSON object at the top");
-  Reader r{path};
+  Reader r{what};
   DeepSpeedPlugin& ds =
       config.deepspeed_plugin ? *config.deepspeed_plugin : config.deepspeed_plugin.emplace();
   if (auto it = j.find("zero_optimization"); it != j.end() && it->is_object()) {

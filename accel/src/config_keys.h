@@ -85,6 +85,10 @@ std::vector<std::string> split_list(std::string_view text);  // comma-separated,
 // Reads a DeepSpeed JSON file's zero_optimization, gradient and fp16 / bf16 settings into
 // config (config_deepspeed.cc). kIo, kCorruptData or kInvalidArgument naming the file.
 void apply_deepspeed_json(AcceleratorConfig& config, const std::filesystem::path& path);
+// The same for the file's text; `what` names the file in errors (kCorruptData or
+// kInvalidArgument). The fuzz target tests/fuzz/config_deepspeed_fuzz.cc drives this.
+void apply_deepspeed_json_text(AcceleratorConfig& config, std::string_view text,
+                               std::string_view what);
 
 // Checks ConfigOptions::extra_keys (kInvalidArgument for a name that is a configuration key
 // or a section, or is empty).

@@ -320,7 +320,10 @@ ShardingPlan sharding_plan(const AcceleratorConfig& config) {
 
 amp::Fp8TrainingOptions fp8_training_options(const AcceleratorConfig& config) {
   amp::Fp8TrainingOptions o;
-  for (const auto& [key, v] : config.fp8_config) {
+  for (const auto& entry : config.fp8_config) {
+    // Plain references: clang 15 (the fuzz build) cannot capture a structured binding.
+    const std::string& key = entry.first;
+    const std::string& v = entry.second;
     // The key table's value parsers (config_keys.h), with the key in the message.
     auto integer = [&](int64_t lo) {
       try {

@@ -176,12 +176,19 @@ void GradScaler::load_state_json(const std::string& text) {
     BRAID_FAIL(kCorruptData, "GradScaler state: not JSON: ", e.what());
   }
   GradScalerState s;
+  // Integers only: get<int64_t> converts a JSON float (1e48) with undefined behaviour.
+  const auto integer = [&](const char* key) {
+    const nlohmann::json& v = j.at(key);
+    BRAID_CHECK(v.is_number_integer(), kCorruptData, "GradScaler state: ", key, " is ", v.dump(),
+                ", expected an integer");
+    return v.get<int64_t>();
+  };
   try {
     s.scale = j.at("scale").get<double>();
     s.growth_factor = j.at("growth_factor").get<double>();
     s.backoff_factor = j.at("backoff_factor").get<double>();
-    s.growth_interval = j.at("growth_interval").get<int64_t>();
-    s.growth_tracker = j.at("_growth_tracker").get<int64_t>();
+    s.growth_interval = integer("growth_interval");
+    s.growth_tracker = integer("_growth_tracker");
   } catch (const nlohmann::json::exception& e) {
     BRAID_FAIL(kCorruptData, "GradScaler state: expected keys scale, growth_factor, ",
                "backoff_factor, growth_interval, _growth_tracker: ", e.what());

@@ -160,6 +160,16 @@ TEST(GradScaler, StateRoundTripsAndBadStateIsRejected) {
     EXPECT_THAT(e.message(), HasSubstr("growth_factor"));
   }
   EXPECT_THROW(b.load_state_json("not json"), Error);
+  // An integer written as a float too large for int64 (the LR scheduler's fuzz finding,
+  // docs/fuzzing.md): kCorruptData, not nlohmann's undefined conversion.
+  try {
+    b.load_state_json(R"({"scale": 1.0, "growth_factor": 2.0, "backoff_factor": 0.5,)"
+                      R"( "growth_interval": 1e48, "_growth_tracker": 0})");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorruptData);
+    EXPECT_THAT(e.message(), HasSubstr("growth_interval"));
+  }
   GradScalerState bad = a.state_dict();
   bad.backoff_factor = 1.5;
   EXPECT_THROW(b.load_state_dict(bad), Error);

@@ -8,6 +8,7 @@
 
 #include "braid/comm/object.h"
 #include "braid/core/error.h"
+#include "braid/tensor/shape_checks.h"
 
 static_assert(std::endian::native == std::endian::little,
               "the Tree format stores tensor bytes in little-endian order");
@@ -176,6 +177,9 @@ class Reader {
       BRAID_CHECK(numel >= 0, kCorruptData, "deserialize_tree: tensor shape ", shape_str(shape),
                   " at byte ", at, " has too many elements");
     }
+    BRAID_CHECK(strides_fit(shape), kCorruptData, "deserialize_tree: tensor shape ",
+                shape_str(shape), " at byte ", at,
+                " cannot be a tensor: its non-zero dimensions multiply past 2^63 - 1");
     const uint64_t nbytes = length("tensor byte count");
     const uint64_t expected = static_cast<uint64_t>(numel) * dtype_size(*dtype);
     BRAID_CHECK(nbytes == expected, kCorruptData, "deserialize_tree: tensor at byte ", at,

@@ -153,37 +153,7 @@ struct TcpStore::Impl {
   tcp_wire::Reader check_status(const std::vector<uint8_t>& body, std::string_view op,
                                 const std::vector<std::string>* keys,
                                 std::chrono::milliseconds timeout) const {
-    tcp_wire::Reader r(body);
-    auto status = static_cast<Status>(r.u8());
-    switch (status) {
-      case Status::kOk:
-        return r;
-      case Status::kTimeout: {
-        uint32_t n = r.u32();
-        std::vector<std::string> gone;
-        for (uint32_t i = 0; i < n && i < Store::kMaxKeysPerRequest; ++i) {
-          gone.push_back(r.string(Store::kMaxKeyBytes, "key"));
-        }
-        store_detail::throw_wait_timeout("TcpStore " + address, gone, keys ? *keys : gone, timeout);
-      }
-      case Status::kBadToken:
-        BRAID_FAIL(kInvalidArgument, "TcpStore: store token rejected by ", address, ": ",
-                   r.string(Store::kMaxValueBytes, "message"),
-                   " (check BRAID_STORE_TOKEN matches the server's)");
-      case Status::kBadRequest:
-        BRAID_FAIL(kInvalidArgument, "TcpStore: the store server at ", address, " refused ", op,
-                   ": ", r.string(Store::kMaxValueBytes, "message"));
-      case Status::kFailed: {
-        uint8_t kind = r.u8();
-        std::string message = r.string(Store::kMaxValueBytes, "message");
-        // Only the kinds a request can fail with travel; anything else is not ours.
-        bool known =
-            kind == uint8_t(ErrorKind::kInvalidArgument) || kind == uint8_t(ErrorKind::kOutOfRange);
-        throw Error(known ? ErrorKind(kind) : ErrorKind::kCorruptData, message);
-      }
-    }
-    BRAID_FAIL(kCorruptData, "TcpStore: reply to ", op, " from ", address, " has status ",
-               int(status), "; expected 0..4");
+    return tcp_wire::check_reply(body, address, op, keys, timeout);
   }
 
   // One non-blocking connect attempt; returns the error text on failure.
@@ -347,7 +317,7 @@ bool TcpStore::do_check(const std::vector<std::string>& keys) {
 }
 
 void TcpStore::do_wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  Writer w(uint8_t(Command::kWait));
+  Writer w{uint8_t(Command::kWait)};  // braces: clang reads (uint8_t(X::y)) as a declaration
   w.u64(uint64_t(timeout.count()));
   auto frame = with_keys(std::move(w), keys).finish();
   auto body = impl_->request(std::move(frame), Clock::now() + timeout + kWaitGrace, "wait");

@@ -103,7 +103,7 @@ struct TcpStoreServer::Impl {
   void flush(Conn& c);
   void process(uint64_t id, Conn& c);
   void handle(uint64_t id, Conn& c, std::span<const uint8_t> body);
-  void handle_hello(Conn& c, tcp_wire::Reader& r);
+  void handle_hello(Conn& c, const tcp_wire::Request& req);
   void send(Conn& c, std::vector<uint8_t> frame) {
     if (c.out_off == c.out.size()) c.out.clear(), c.out_off = 0;
     c.out.insert(c.out.end(), frame.begin(), frame.end());
@@ -216,20 +216,17 @@ void TcpStoreServer::Impl::flush(Conn& c) {
 
 void TcpStoreServer::Impl::process(uint64_t id, Conn& c) {
   while (!c.parked && !c.closing && !c.dead) {
-    size_t avail = c.in.size() - c.in_off;
-    if (avail < 4) break;
-    uint32_t len = tcp_wire::frame_length(c.in.data() + c.in_off);
-    if (len == 0 || len > tcp_wire::kMaxFrameBytes) {
-      send(c, reply_message(Status::kBadRequest,
-                            detail::concat("frame length ", len, " is outside 1..",
-                                           tcp_wire::kMaxFrameBytes)));
+    std::optional<std::span<const uint8_t>> body;
+    try {
+      body = tcp_wire::next_frame(std::span<const uint8_t>(c.in).subspan(c.in_off));
+    } catch (const Error& e) {  // a bad length: the rest of the stream cannot be framed
+      send(c, reply_message(Status::kBadRequest, e.message()));
       c.closing = true;
       break;
     }
-    if (avail < 4 + size_t{len}) break;
-    std::span<const uint8_t> body(c.in.data() + c.in_off + 4, len);
+    if (!body) break;
     try {
-      handle(id, c, body);
+      handle(id, c, *body);
     } catch (const std::exception& e) {
       const auto* err = dynamic_cast<const Error*>(&e);
       send(c, reply_message(Status::kBadRequest, err ? err->message() : e.what()));
@@ -237,22 +234,19 @@ void TcpStoreServer::Impl::process(uint64_t id, Conn& c) {
       BRAID_LOG(kDebug) << "TcpStoreServer " << host << ":" << port << ": dropping connection "
                         << id << ": " << e.what();
     }
-    c.in_off += 4 + size_t{len};
+    c.in_off += 4 + body->size();
   }
   if (c.in_off == c.in.size()) c.in.clear(), c.in_off = 0;
   flush(c);
 }
 
-void TcpStoreServer::Impl::handle_hello(Conn& c, tcp_wire::Reader& r) {
-  uint32_t version = r.u32();
-  std::string presented = r.string(Store::kMaxKeyBytes, "token");
-  r.expect_end();
-  if (version != tcp_wire::kVersion) {
+void TcpStoreServer::Impl::handle_hello(Conn& c, const tcp_wire::Request& req) {
+  if (req.version != tcp_wire::kVersion) {
     send(c, reply_message(Status::kBadRequest,
-                          detail::concat("protocol version ", version, " is not supported; ",
+                          detail::concat("protocol version ", req.version, " is not supported; ",
                                          "this server speaks version ", tcp_wire::kVersion)));
     c.closing = true;
-  } else if (!same_token(presented, token)) {
+  } else if (!same_token(req.token, token)) {
     send(c, reply_message(Status::kBadToken, "the job token does not match this store's"));
     c.closing = true;
   } else {
@@ -263,22 +257,6 @@ void TcpStoreServer::Impl::handle_hello(Conn& c, tcp_wire::Reader& r) {
 
 namespace {
 
-std::string read_key(tcp_wire::Reader& r) {
-  std::string key = r.string(Store::kMaxKeyBytes, "key");
-  BRAID_CHECK(!key.empty(), kCorruptData, "store frame: empty key");
-  return key;
-}
-
-std::vector<std::string> read_keys(tcp_wire::Reader& r) {
-  uint32_t n = r.u32();
-  BRAID_CHECK(n <= Store::kMaxKeysPerRequest, kCorruptData, "store frame: ", n,
-              " keys exceed the limit of ", Store::kMaxKeysPerRequest);
-  std::vector<std::string> keys;
-  keys.reserve(n);
-  for (uint32_t i = 0; i < n; ++i) keys.push_back(read_key(r));
-  return keys;
-}
-
 Clock::time_point deadline_after(uint64_t ms) {
   return Clock::now() + std::chrono::milliseconds(std::min(ms, kMaxWaitMs));
 }
@@ -286,43 +264,37 @@ Clock::time_point deadline_after(uint64_t ms) {
 }  // namespace
 
 void TcpStoreServer::Impl::handle(uint64_t id, Conn& c, std::span<const uint8_t> body) {
-  tcp_wire::Reader r(body);
-  auto cmd = static_cast<Command>(r.u8());
-  if (!c.authed) {
-    if (cmd == Command::kHello) return handle_hello(c, r);
+  // Before HELLO, anything else gets BAD_TOKEN, however malformed (body is never empty).
+  const auto first = static_cast<Command>(body[0]);
+  if (!c.authed && first != Command::kHello) {
     send(c, reply_message(Status::kBadToken, detail::concat("the first frame must be HELLO with "
                                                             "the job token; got command ",
-                                                            int(cmd))));
+                                                            int(first))));
     c.closing = true;
     return;
   }
+  tcp_wire::Request req = tcp_wire::decode_request(body);
+  if (!c.authed) return handle_hello(c, req);
   using tcp_wire::Writer;
-  switch (cmd) {
+  switch (req.command) {
     case Command::kSet: {
-      std::string key = read_key(r);
-      auto value = r.bytes(Store::kMaxValueBytes, "value");
-      r.expect_end();
-      data.insert_or_assign(key, std::vector<uint8_t>(value.begin(), value.end()));
+      const std::string& key = req.keys[0];
+      data.insert_or_assign(key, std::vector<uint8_t>(req.value.begin(), req.value.end()));
       send(c, reply_ok());
       return notify(key);
     }
     case Command::kGet: {
-      uint64_t ms = r.u64();
-      std::string key = read_key(r);
-      r.expect_end();
-      auto it = data.find(key);
+      auto it = data.find(req.keys[0]);
       if (it != data.end()) return send(c, Writer(uint8_t(Status::kOk)).bytes(it->second).finish());
-      return park(id, c, Waiter{{std::move(key)}, deadline_after(ms), true});
+      return park(id, c, Waiter{std::move(req.keys), deadline_after(req.timeout_ms), true});
     }
     case Command::kAdd: {
-      std::string key = read_key(r);
-      int64_t delta = r.i64();
-      r.expect_end();
+      const std::string& key = req.keys[0];
       int64_t next = 0;
       try {
         auto it = data.find(key);
         int64_t current = it == data.end() ? 0 : store_detail::parse_counter(key, it->second);
-        next = store_detail::checked_add(key, current, delta);
+        next = store_detail::checked_add(key, current, req.delta);
       } catch (const Error& e) {  // the request was well formed: the connection stays
         return send(c, tcp_wire::Writer(uint8_t(Status::kFailed))
                            .u8(uint8_t(e.kind()))
@@ -334,10 +306,9 @@ void TcpStoreServer::Impl::handle(uint64_t id, Conn& c, std::span<const uint8_t>
       return notify(key);
     }
     case Command::kCompareSet: {
-      std::string key = read_key(r);
-      auto expected = r.bytes(Store::kMaxValueBytes, "expected value");
-      auto desired = r.bytes(Store::kMaxValueBytes, "desired value");
-      r.expect_end();
+      const std::string& key = req.keys[0];
+      const auto expected = req.value;
+      const auto desired = req.desired;
       auto it = data.find(key);
       bool swap = it == data.end() ? expected.empty() : std::ranges::equal(it->second, expected);
       if (!swap) {
@@ -349,31 +320,19 @@ void TcpStoreServer::Impl::handle(uint64_t id, Conn& c, std::span<const uint8_t>
       send(c, Writer(uint8_t(Status::kOk)).bytes(desired).finish());
       return notify(key);
     }
-    case Command::kCheck: {
-      auto keys = read_keys(r);
-      r.expect_end();
-      return send(c, Writer(uint8_t(Status::kOk)).u8(present(keys) ? 1 : 0).finish());
-    }
-    case Command::kWait: {
-      uint64_t ms = r.u64();
-      auto keys = read_keys(r);
-      r.expect_end();
-      if (present(keys)) return send(c, reply_ok());
-      return park(id, c, Waiter{std::move(keys), deadline_after(ms), false});
-    }
-    case Command::kDelete: {
-      std::string key = read_key(r);
-      r.expect_end();
-      return send(c, Writer(uint8_t(Status::kOk)).u8(data.erase(key) ? 1 : 0).finish());
-    }
-    case Command::kNumKeys: {
-      r.expect_end();
+    case Command::kCheck:
+      return send(c, Writer(uint8_t(Status::kOk)).u8(present(req.keys) ? 1 : 0).finish());
+    case Command::kWait:
+      if (present(req.keys)) return send(c, reply_ok());
+      return park(id, c, Waiter{std::move(req.keys), deadline_after(req.timeout_ms), false});
+    case Command::kDelete:
+      return send(c, Writer(uint8_t(Status::kOk)).u8(data.erase(req.keys[0]) ? 1 : 0).finish());
+    case Command::kNumKeys:
       return send(c, Writer(uint8_t(Status::kOk)).i64(int64_t(data.size())).finish());
-    }
     case Command::kHello:
       BRAID_FAIL(kCorruptData, "store frame: HELLO sent twice on one connection");
   }
-  BRAID_FAIL(kCorruptData, "store frame: unknown command ", int(cmd), "; expected 1..9");
+  BRAID_ASSERT(false, "decode_request returned command ", int(req.command));
 }
 
 void TcpStoreServer::Impl::park(uint64_t id, Conn& c, Waiter w) {
@@ -422,7 +381,7 @@ void TcpStoreServer::Impl::expire(Clock::time_point now) {
     if (w.deadline <= now) due.push_back(id);
   }
   for (uint64_t id : due) {
-    tcp_wire::Writer reply(uint8_t(Status::kTimeout));
+    tcp_wire::Writer reply{uint8_t(Status::kTimeout)};
     auto gone = missing(waiters.at(id).keys);
     reply.u32(static_cast<uint32_t>(gone.size()));
     for (const auto& key : gone) reply.bytes(key);

@@ -2,10 +2,14 @@
 // A frame is a u32 little-endian body length followed by the body; the body's first byte is
 // a command (requests) or a status (replies). Integers are little-endian; byte strings are a
 // u32 length then the bytes. Reader throws kCorruptData on anything short or oversized.
+// next_frame, decode_request and check_reply are the whole decoder: they touch no socket, so
+// the server, the client and the fuzz targets (tests/fuzz/store_wire_fuzz.cc) share them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -114,5 +118,41 @@ class Reader {
 inline uint32_t frame_length(const uint8_t* p) {
   return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
 }
+
+// The body of the frame at the front of `in` (a connection's buffered bytes); nullopt while
+// its length prefix or its body is incomplete. kCorruptData when the length is 0 or above
+// kMaxFrameBytes: known from the prefix alone, before any of the body is buffered.
+std::optional<std::span<const uint8_t>> next_frame(std::span<const uint8_t> in);
+
+// A request body's fields. Which ones a command fills:
+//   HELLO version, token | SET keys[0], value | GET timeout_ms, keys[0] | ADD keys[0], delta
+//   COMPARE_SET keys[0], value (expected), desired | CHECK keys | WAIT timeout_ms, keys
+//   DELETE keys[0] | NUM_KEYS nothing
+// `value` and `desired` view the body: they live as long as it does.
+struct Request {
+  Command command = Command::kNumKeys;
+  uint32_t version = 0;
+  std::string token;
+  uint64_t timeout_ms = 0;
+  std::vector<std::string> keys;
+  std::span<const uint8_t> value;
+  std::span<const uint8_t> desired;
+  int64_t delta = 0;
+};
+
+// Decodes one request body. kCorruptData naming the field for an empty body, an unknown
+// command, a field running past the body, a key empty or over Store::kMaxKeyBytes, a value over
+// Store::kMaxValueBytes, more than Store::kMaxKeysPerRequest keys, or trailing bytes. Whether
+// the request is allowed on the connection (HELLO first and once) is the server's to check.
+Request decode_request(std::span<const uint8_t> body);
+
+// The client's reading of a reply body to `op` sent to the server at `address`: returns a
+// Reader positioned after an OK status for the op's payload. TIMEOUT throws kTimeout naming
+// the missing keys (of `keys`, when given) and `timeout`; BAD_TOKEN and BAD_REQUEST throw
+// kInvalidArgument with the server's message; FAILED throws the kind it carries
+// (kInvalidArgument or kOutOfRange; any other kind is kCorruptData); an unknown status or a
+// short payload is kCorruptData.
+Reader check_reply(std::span<const uint8_t> body, std::string_view address, std::string_view op,
+                   const std::vector<std::string>* keys, std::chrono::milliseconds timeout);
 
 }  // namespace braid::tcp_wire

@@ -140,6 +140,16 @@ TEST(TreeFormat, EveryTruncationIsCorrupt) {
   }
 }
 
+// Found by tests/fuzz/object_format_fuzz: an empty tensor [0, 2^40, 2^40, 2^40] passed every
+// check, then overflowed int64 computing its strides (undefined behaviour).
+TEST(TreeFormat, EmptyTensorWithOverflowingStridesIsCorrupt) {
+  auto bytes = serialize_tree(Tree(Tensor::empty({0, 1, 1, 1})));
+  // 16-byte header, tag, name length, "f32", u32 rank: the dimensions start at byte 25.
+  for (size_t k = 1; k < 4; ++k) set_u64(bytes, 25 + 8 * k, uint64_t{1} << 40);
+  const auto msg = corrupt_message(bytes);
+  EXPECT_NE(msg.find("2^63"), std::string::npos) << msg;
+}
+
 TEST(TreeFormat, TruncatedPayloadWithPatchedLengthNamesTheOffset) {
   auto bytes = serialize_tree(Tree("hello"));
   bytes.pop_back();

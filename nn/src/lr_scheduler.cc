@@ -138,6 +138,13 @@ std::string LRScheduler::state_json() const {
 void LRScheduler::load_state_json(const std::string& text) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
+    // Integers only: get<int64_t> converts a JSON float (1e48) with undefined behaviour.
+    const auto integer = [&](const char* key) {
+      const nlohmann::json& v = j.at(key);
+      BRAID_CHECK(v.is_number_integer(), kCorruptData, "LR scheduler state: ", key, " is ",
+                  v.dump(), ", expected an integer");
+      return v.get<int64_t>();
+    };
     const SchedulerType type = parse_scheduler_type(j.at("type").get<std::string>());
     BRAID_CHECK(type == type_, kInvalidArgument, "LR scheduler state: saved for '",
                 scheduler_type_name(type), "', loading into '", scheduler_type_name(type_), "'");
@@ -145,14 +152,14 @@ void LRScheduler::load_state_json(const std::string& text) {
     auto& groups = optimizer_.param_groups();
     BRAID_CHECK(base.size() == groups.size(), kInvalidArgument, "LR scheduler state: ", base.size(),
                 " base lrs saved, the optimizer has ", groups.size(), " groups");
-    options_.num_warmup_steps = j.at("num_warmup_steps").get<int64_t>();
-    options_.num_training_steps = j.at("num_training_steps").get<int64_t>();
+    options_.num_warmup_steps = integer("num_warmup_steps");
+    options_.num_training_steps = integer("num_training_steps");
     options_.num_cycles = j.at("num_cycles").get<double>();
     options_.lr_end = j.at("lr_end").get<double>();
     options_.power = j.at("power").get<double>();
     check_options(type_, options_);
-    last_step_ = j.at("last_epoch").get<int64_t>();
-    step_count_ = j.at("_step_count").get<int64_t>();
+    last_step_ = integer("last_epoch");
+    step_count_ = integer("_step_count");
     for (size_t i = 0; i < groups.size(); ++i) groups[i].initial_lr = base[i];
   } catch (const nlohmann::json::exception& e) {
     BRAID_FAIL(kCorruptData, "LR scheduler state: malformed JSON: ", e.what());

@@ -313,7 +313,9 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
   std::vector<Dest> dests;
   for (auto& [n, p] : named_parameters(false)) dests.push_back({n, p.data(), p.id()});
   for (auto& [n, t] : state_dict()) {
-    bool is_param = std::any_of(dests.begin(), dests.end(), [&](auto& d) { return d.name == n; });
+    // [&n = n]: clang 15 cannot capture a structured binding itself.
+    bool is_param =
+        std::any_of(dests.begin(), dests.end(), [&n = n](auto& d) { return d.name == n; });
     if (!is_param) dests.push_back({n, t, nullptr});
   }
 
@@ -338,7 +340,7 @@ LoadResult Module::load_state_dict(const NamedTensors& state, bool strict) {
   }
   for (auto& [k, t] : state) {
     const bool known =
-        std::any_of(dests.begin(), dests.end(), [&](auto& d) { return d.name == k; });
+        std::any_of(dests.begin(), dests.end(), [&k = k](auto& d) { return d.name == k; });
     if (!known) result.unexpected_keys.push_back(k);
   }
   if (strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty())) {

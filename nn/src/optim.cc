@@ -372,6 +372,12 @@ void Optimizer::load_state_dict(const OptimizerState& in) {
   std::map<const void*, State> loaded;
   std::vector<OptimizerOptions> options;
   uint64_t words = 0;
+  // Integers only: get<int64_t> converts a JSON float (1e48) with undefined behaviour.
+  const auto integer = [](const nlohmann::json& v, std::string_view what) {
+    BRAID_CHECK(v.is_number_integer(), kCorruptData, "optimizer state: ", what, " is ", v.dump(),
+                ", expected an integer");
+    return v;
+  };
   try {
     const std::string algo = j.at("algo").get<std::string>();
     BRAID_CHECK(algo == algo_name(algo_), kInvalidArgument, "optimizer state: saved by '", algo,
@@ -391,7 +397,7 @@ void Optimizer::load_state_dict(const OptimizerState& in) {
       options.push_back(options_from_json(groups[gi]));
       for (const Parameter& p : g.params) {
         State st;
-        st.step = steps.at(static_cast<size_t>(index)).get<int64_t>();
+        st.step = integer(steps.at(static_cast<size_t>(index)), "step").get<int64_t>();
         st.rng_offset = words;
         words += (static_cast<uint64_t>(p.data().numel()) + 3) / 4 * 4;
         const std::string prefix = "state." + std::to_string(index) + ".";
@@ -419,7 +425,7 @@ void Optimizer::load_state_dict(const OptimizerState& in) {
     }
     rounding_ = j.at("rounding").get<std::string>() == "stochastic" ? kernels::Rounding::kStochastic
                                                                     : kernels::Rounding::kNearest;
-    seed_ = j.at("seed").get<uint64_t>();
+    seed_ = integer(j.at("seed"), "seed").get<uint64_t>();
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       groups_[gi].initial_lr = groups[gi].at("initial_lr").get<double>();
     }

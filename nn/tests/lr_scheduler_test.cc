@@ -58,6 +58,27 @@ TEST(LRScheduler, StateRoundTripsAndValidates) {
   EXPECT_THROW(LRScheduler(tiny, SchedulerType::kPolynomial, {.num_training_steps = 5}), Error);
 }
 
+// Found by tests/fuzz/training_state_fuzz (docs/fuzzing.md): an integer field written as a
+// float too large for int64 (1e48) went through nlohmann's get<int64_t>, undefined behaviour.
+TEST(LRScheduler, StateWithFloatIntegersIsCorruptData) {
+  SGD a = make_sgd();
+  LRScheduler sa(a, SchedulerType::kLinear, {.num_warmup_steps = 2, .num_training_steps = 20});
+  std::string state = sa.state_json();
+  const std::string key = "\"num_training_steps\":20";
+  ASSERT_NE(state.find(key), std::string::npos) << state;
+  for (const char* value : {"1e48", "20.5"}) {
+    std::string bad = state;
+    bad.replace(bad.find(key), key.size(), "\"num_training_steps\":" + std::string(value));
+    try {
+      sa.load_state_json(bad);
+      ADD_FAILURE() << "loaded " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorruptData) << e.message();
+      EXPECT_NE(e.message().find("num_training_steps"), std::string::npos) << e.message();
+    }
+  }
+}
+
 TEST(LRScheduler, AcceleratedStepFollowsAccelerate) {
   SGD opt = make_sgd();
   LRScheduler s(opt, SchedulerType::kConstant, {});

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "braid/core/error.h"
+#include "braid/tensor/shape_checks.h"
 #include "checkpoint_internal.h"
 
 namespace braid::shard::detail {
@@ -156,6 +157,9 @@ IndexTensor parse_tensor(const Reader& r, const Json& v, const std::string& path
       r.fail(path + ".shape", "has more than 2^63-1 elements");
     }
     numel *= d;
+  }
+  if (!strides_fit(t.shape)) {
+    r.fail(path + ".shape", "cannot be a tensor: its non-zero dimensions multiply past 2^63 - 1");
   }
   t.numel = numel;
 

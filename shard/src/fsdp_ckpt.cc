@@ -348,7 +348,6 @@ void ShardedModel::load_checkpoint(const std::vector<ShardedModel*>& models,
               "ShardedModel::load_checkpoint: ", folder.string(), " holds no optimizer state");
   BRAID_CHECK(optimizer->param_groups().size() == 1, kInvalidArgument,
               "ShardedModel::load_checkpoint: the optimizer must have one parameter group");
-  nlohmann::json saved = nlohmann::json::parse(it->second);
   std::set<std::string> state_names;
   for (const auto& name : ckpt.names()) {
     if (name.rfind(kOptimizerPrefix, 0) != 0) continue;
@@ -358,32 +357,47 @@ void ShardedModel::load_checkpoint(const std::vector<ShardedModel*>& models,
                                      dot - std::string(kOptimizerPrefix).size()));
     }
   }
-  // The saved optimizer's scalars, re-laid for this layout: every parameter has taken the same
-  // number of steps (one group, every parameter stepped each step).
-  const auto& steps = saved.at("step");
-  const int64_t step = steps.empty() ? 0 : steps.at(0).get<int64_t>();
-  for (const auto& v : steps) {
-    BRAID_CHECK(v.get<int64_t>() == step, kInvalidArgument,
-                "ShardedModel::load_checkpoint: the saved parameters took different numbers of "
-                "optimizer steps; only a uniform step count can be resharded");
-  }
-  const auto params = optimizer->param_groups()[0].params;
-  size_t total = 0;
-  for (ShardedModel* m : models) total += m->optimizer_parameters().size();
-  BRAID_CHECK(total == params.size(), kInvalidArgument,
-              "ShardedModel::load_checkpoint: the optimizer is not the one built on "
-              "optimizer_parameters()");
+  // The saved optimizer's JSON is read from a file: anything the JSON library throws on it
+  // (not JSON, a field missing or of another type) is corrupt data, not a bug.
   nn::OptimizerState st;
-  nlohmann::json group = saved.at("param_groups").at(0);
-  group["params"] = nlohmann::json::array();
-  nlohmann::json new_steps = nlohmann::json::array();
-  for (size_t i = 0; i < params.size(); ++i) {
-    group["params"].push_back(i);
-    new_steps.push_back(step);
+  try {
+    nlohmann::json saved = nlohmann::json::parse(it->second);
+    // The saved optimizer's scalars, re-laid for this layout: every parameter has taken the same
+    // number of steps (one group, every parameter stepped each step).
+    const auto& steps = saved.at("step");
+    for (const auto& v : steps) {  // integers only: get<int64_t> of a float can be UB
+      BRAID_CHECK(v.is_number_integer(), kCorruptData,
+                  "ShardedModel::load_checkpoint: ", folder.string(),
+                  "/index.json: the optimizer state (metadata \"", kOptimizerJson, "\") has step ",
+                  v.dump(), ", expected an integer");
+    }
+    const int64_t step = steps.empty() ? 0 : steps.at(0).get<int64_t>();
+    for (const auto& v : steps) {
+      BRAID_CHECK(v.get<int64_t>() == step, kInvalidArgument,
+                  "ShardedModel::load_checkpoint: the saved parameters took different numbers of "
+                  "optimizer steps; only a uniform step count can be resharded");
+    }
+    const auto params = optimizer->param_groups()[0].params;
+    size_t total = 0;
+    for (ShardedModel* m : models) total += m->optimizer_parameters().size();
+    BRAID_CHECK(total == params.size(), kInvalidArgument,
+                "ShardedModel::load_checkpoint: the optimizer is not the one built on "
+                "optimizer_parameters()");
+    nlohmann::json group = saved.at("param_groups").at(0);
+    group["params"] = nlohmann::json::array();
+    nlohmann::json new_steps = nlohmann::json::array();
+    for (size_t i = 0; i < params.size(); ++i) {
+      group["params"].push_back(i);
+      new_steps.push_back(step);
+    }
+    saved["param_groups"] = nlohmann::json::array({group});
+    saved["step"] = new_steps;
+    st.json = saved.dump();
+  } catch (const nlohmann::json::exception& e) {
+    BRAID_FAIL(kCorruptData, "ShardedModel::load_checkpoint: ", folder.string(), "/index.json",
+               ": the optimizer state (metadata \"", kOptimizerJson,
+               "\") is not what save_checkpoint writes: ", e.what());
   }
-  saved["param_groups"] = nlohmann::json::array({group});
-  saved["step"] = new_steps;
-  st.json = saved.dump();
   size_t first = 0;
   for (ShardedModel* m : models) {
     m->append_optimizer_state(ckpt, folder, state_names, first, st);

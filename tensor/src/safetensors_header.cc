@@ -10,6 +10,7 @@
 
 #include "braid/core/error.h"
 #include "braid/tensor/safetensors.h"
+#include "braid/tensor/shape_checks.h"
 #include "safetensors_json.h"
 
 namespace braid {
@@ -102,6 +103,9 @@ void check_entry_size(const SafetensorsEntry& e, std::string_view what) {
                 dtype_safetensors_name(e.dtype), " overflows 64-bit byte counts");
     bytes *= ud;
   }
+  BRAID_CHECK(strides_fit(e.shape), kCorruptData, what, ": tensor '", short_name(e.name),
+              "': shape ", shape_str(e.shape),
+              " cannot be a tensor: its non-zero dimensions multiply past 2^63 - 1");
   BRAID_CHECK(bytes == e.nbytes(), kCorruptData, what, ": tensor '", short_name(e.name),
               "': shape ", shape_str(e.shape), " of ", dtype_safetensors_name(e.dtype), " needs ",
               bytes, " bytes but data_offsets [", e.begin, ", ", e.end, "] span ", e.nbytes());

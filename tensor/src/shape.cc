@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "braid/core/error.h"
+#include "braid/tensor/shape_checks.h"
 #include "braid/tensor/tensor.h"
 
 namespace braid {
@@ -19,7 +20,20 @@ int64_t shape_numel(const Shape& shape) {
   return n;
 }
 
+bool strides_fit(const Shape& shape) {
+  int64_t s = 1;
+  for (int64_t d : shape) {
+    if (d > 1 && s > std::numeric_limits<int64_t>::max() / d) return false;
+    s *= d > 1 ? d : 1;
+  }
+  return true;
+}
+
 Strides contiguous_strides(const Shape& shape) {
+  // Found by tests/fuzz/object_format_fuzz: an empty tensor's shape overflowed here (UB).
+  BRAID_CHECK(strides_fit(shape), kInvalidArgument, "shape ", shape_str(shape),
+              ": its strides overflow int64 (the product of its non-zero dimensions is above "
+              "2^63 - 1)");
   Strides strides(shape.size());
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {

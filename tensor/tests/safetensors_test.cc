@@ -407,6 +407,15 @@ TEST(SafetensorsHeaderTest, BadShape) {
   }
 }
 
+// An empty tensor whose other dimensions multiply past int64 cannot be a braid tensor (its
+// strides overflow; the object format's fuzz finding, docs/fuzzing.md): kCorruptData.
+TEST(SafetensorsHeaderTest, EmptyShapeWithOverflowingStrides) {
+  expect_rejected(
+      craft("{" + entry("s", "F32", "[0,1099511627776,1099511627776,1099511627776]", "[0,0]") + "}",
+            0),
+      ErrorKind::kCorruptData, {"tensor 's'", "2^63"});
+}
+
 TEST(SafetensorsHeaderTest, BadDataOffsets) {
   for (const std::string offsets :
        {"[0]", "[0,4,8]", "[-1,4]", "[\"0\",4]", "[0.0,4]", "4", "{}"}) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "braid/core/error.h"
+#include "braid/tensor/shape_checks.h"
 
 namespace braid {
 namespace {
@@ -42,6 +43,17 @@ TEST(Shape, NumelStridesBroadcast) {
   EXPECT_EQ(broadcast_shapes({}, {2, 2}), (Shape{2, 2}));
   EXPECT_EQ(kind_of([] { broadcast_shapes({3}, {4}); }), ErrorKind::kInvalidArgument);
   EXPECT_EQ(kind_of([] { shape_numel({2, -1}); }), ErrorKind::kInvalidArgument);
+}
+
+// Found by tests/fuzz/object_format_fuzz (docs/fuzzing.md): a shape with no elements but huge
+// other dimensions overflowed int64 (undefined behaviour) computing its strides.
+TEST(Shape, StridesThatOverflowAreAnError) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_TRUE(strides_fit({0, big, int64_t{1} << 20}));
+  EXPECT_FALSE(strides_fit({0, big, big, big}));
+  EXPECT_EQ(shape_numel({0, big, big, big}), 0);
+  EXPECT_EQ(kind_of([&] { contiguous_strides({0, big, big, big}); }), ErrorKind::kInvalidArgument);
+  EXPECT_EQ(kind_of([&] { Tensor::empty({0, big, big, big}); }), ErrorKind::kInvalidArgument);
 }
 
 TEST(Tensor, FactoriesAndMetadata) {

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <cmath>
+#include <fstream>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -296,6 +297,27 @@ TEST(AcceleratorSettings, StateDictTypeDecidesWhetherSaveStateWritesTheWholeMode
   }
 }
 
+// A data loader's position (dataloader_<i>.json) that is not what save_state writes used to let
+// nlohmann's exceptions escape load_state (found while writing tests/fuzz's JSON targets,
+// docs/fuzzing.md); it is kCorruptData naming the file.
+TEST(AcceleratorSettings, CorruptDataLoaderPositionIsCorruptData) {
+  testing::TempDir dir;
+  Accelerator acc(AcceleratorConfig{}, one_rank());
+  acc.prepare_model(tiny_model());
+  acc.save_state(dir.path());
+  for (const char* bad :
+       {"{", "[]", R"({"epoch": 1})", R"({"epoch": "1", "batches": 0, "samples": 0})"}) {
+    std::ofstream(dir.path() / "dataloader_0.json") << bad;
+    try {
+      acc.load_state(dir.path());
+      ADD_FAILURE() << "loaded a data loader position of " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorruptData) << bad << ": " << e.message();
+      EXPECT_NE(e.message().find("dataloader_0.json"), std::string::npos) << e.message();
+    }
+  }
+}
+
 // total_limit: automatic naming keeps the newest checkpoints only.
 TEST(AcceleratorSettings, TotalLimitKeepsTheNewestCheckpoints) {
   testing::TempDir dir;
@@ -315,6 +337,23 @@ TEST(AcceleratorSettings, TotalLimitKeepsTheNewestCheckpoints) {
   EXPECT_EQ(left, (std::set<std::string>{"checkpoint_2", "checkpoint_3"}));
   acc.load_state();  // the latest
   EXPECT_EQ(acc.save_state(), dir.path() / "checkpoints" / "checkpoint_4");
+}
+
+// A checkpoint_<i> folder whose <i> does not fit an int64 (not one braid wrote) is ignored by
+// automatic naming; std::stoll used to throw std::out_of_range from save_state / load_state.
+TEST(AcceleratorSettings, AutomaticNamingIgnoresCheckpointNumbersPastInt64) {
+  testing::TempDir dir;
+  AcceleratorConfig cfg;
+  cfg.project_config.project_dir = dir.path();
+  cfg.project_config.automatic_checkpoint_naming = true;
+  cfg.project_config.total_limit = 2;
+  Accelerator acc(cfg, one_rank());
+  acc.prepare_model(tiny_model());
+  std::filesystem::create_directories(dir.path() / "checkpoints" /
+                                      "checkpoint_99999999999999999999");
+  EXPECT_EQ(acc.save_state(), dir.path() / "checkpoints" / "checkpoint_0");
+  acc.load_state();
+  EXPECT_EQ(acc.save_state(), dir.path() / "checkpoints" / "checkpoint_1");
 }
 
 // zero3_init_flag (stage 3): the model is built on the meta device in model_init_context, and

@@ -101,6 +101,21 @@ void expect_same_error(const std::vector<std::string>& errors, const std::string
 
 // ---------------------------------------------------------------- CRC32C (core/crc32c.h)
 
+// An empty tensor whose other dimensions multiply past int64 (strides that overflow; the
+// object format's fuzz finding, docs/fuzzing.md) is refused by the index parser.
+TEST(CheckpointIndexParse, EmptyShapeWithOverflowingStridesIsCorrupt) {
+  detail::CheckpointIndex index;
+  const int64_t big = int64_t{1} << 40;
+  index.tensors["e"] = {DType::kF32, {0, big, big, big}, 0, {}};
+  try {
+    detail::parse_checkpoint_index(detail::format_checkpoint_index(index), "index.json");
+    ADD_FAILURE() << "parsed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kCorruptData) << e.message();
+    EXPECT_NE(e.message().find("tensors.\"e\".shape"), std::string::npos) << e.message();
+  }
+}
+
 TEST(Crc32cHex, IndexForm) {
   EXPECT_EQ(detail::crc32c_hex(0xE3069283u), "e3069283");
   EXPECT_EQ(detail::crc32c_hex(0x1u), "00000001");

@@ -8,9 +8,12 @@
 #include <unistd.h>
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
+#include "braid/core/file_util.h"
 
 #include <filesystem>
+#include <fstream>
 
+#include "../../src/checkpoint_internal.h"
 #include "braid/nn/gpt.h"
 #include "braid/nn/lr_scheduler.h"
 #include "braid/nn/optim.h"
@@ -198,6 +201,36 @@ TEST(ShardedModel, CheckpointsCarryTheSchedulerScalerAndRngStates) {
   const auto before = default_generator(kCPU).get_state();
   sm.load_checkpoint(folder, &opt2);
   EXPECT_EQ(default_generator(kCPU).get_state(), before);
+  std::filesystem::remove_all(folder);
+}
+
+// The optimizer state travels as JSON in index.json's metadata ("braid.optimizer"); a file
+// whose text there is not that JSON used to let nlohmann's exceptions escape load_checkpoint
+// (found while writing tests/fuzz's JSON targets, docs/fuzzing.md). Each is now kCorruptData.
+TEST(ShardedModel, CorruptOptimizerStateInTheIndexIsCorruptData) {
+  const auto folder =
+      std::filesystem::temp_directory_path() / ("braid_fsdp_badopt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(folder);
+  auto pg = one_rank_group();
+  ShardedModel sm(tiny_gpt(), pg, {.stage = ZeroStage::k3, .wrap = kBlocks});
+  nn::AdamW opt(sm.optimizer_parameters(), {.lr = 1e-3});
+  sm.save_checkpoint(folder, &opt);
+  const auto index_path = folder / "index.json";
+  const std::string good = read_file(index_path);
+  for (const char* bad : {"{", "[]", R"({"step": "x"})", R"({"step": [1, "a"]})",
+                          R"({"step": [], "param_groups": []})"}) {
+    auto index = detail::parse_checkpoint_index(good, "index.json");
+    index.metadata["braid.optimizer"] = bad;
+    std::ofstream(index_path) << detail::format_checkpoint_index(index);
+    nn::AdamW opt2(sm.optimizer_parameters(), {.lr = 1e-3});
+    try {
+      sm.load_checkpoint(folder, &opt2);
+      ADD_FAILURE() << "loaded an optimizer state of " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::kCorruptData) << bad << ": " << e.message();
+      EXPECT_THAT(e.message(), HasSubstr("braid.optimizer")) << bad;
+    }
+  }
   std::filesystem::remove_all(folder);
 }
 
