@@ -50,8 +50,16 @@ CausalLMPipeline::CausalLMPipeline(std::shared_ptr<const nn::CausalLM> model,
   for (int64_t c = 0; c < v; ++c) {
     auto stage = model_->make_stage(specs_[static_cast<size_t>(r + c * p)]);
     if (checkpointing_) {
-      for (auto& [name, block] : stage->get_submodule(plan.blocks).named_children()) {
-        std::dynamic_pointer_cast<nn::Layer>(block)->set_checkpointing(true);
+      // Every block of the stage (a stage holding only the embedding or the head may have no
+      // block list).
+      for (auto& [path, m] : stage->named_modules()) {
+        if (path != plan.blocks) continue;
+        for (auto& [name, block] : m->named_children()) {
+          auto* layer = dynamic_cast<nn::Layer*>(block.get());
+          BRAID_CHECK(layer != nullptr, kInvalidArgument, "CausalLMPipeline: block '", plan.blocks,
+                      ".", name, "' is a ", block->type_name(), ", not a Layer");
+          layer->set_checkpointing(true);
+        }
       }
     }
     if (tp_) {

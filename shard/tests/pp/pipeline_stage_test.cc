@@ -275,6 +275,43 @@ TEST(PipelineOneRank, ReturnsTheMeanLossAndRecordsItsActions) {
   for (auto& chunk : pipe.stages()) EXPECT_EQ(chunk->saved_count(), 0u);
 }
 
+// PipelineOptions::activation_checkpointing: every block of every stage recomputes its forward
+// in backward, and the step's loss and gradients are those of the pipeline without it.
+TEST(PipelineOneRank, ActivationCheckpointingRecomputesEveryBlockWithTheSameBits) {
+  const auto run = [](bool checkpointing) {
+    PipelineOptions o{.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 2};
+    o.activation_checkpointing = checkpointing;
+    CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), o);
+    pipe.init_weights(Generator(42));
+    int64_t blocks = 0;
+    for (auto& stage : pipe.stages()) {
+      for (auto& [name, m] : stage->named_modules()) {
+        if (m->type_name() != "GPT2Block") continue;
+        EXPECT_EQ(dynamic_cast<nn::Layer*>(m)->checkpointing(), checkpointing) << name;
+        ++blocks;
+      }
+    }
+    EXPECT_EQ(blocks, config().n_layer);
+    std::vector<Tensor> xs, ys;
+    for (int64_t m = 0; m < 2; ++m) {
+      auto [x, y] = micro_batch(0, m);
+      xs.push_back(x);
+      ys.push_back(y);
+    }
+    const double loss = pipe.step(xs, ys);
+    std::vector<Tensor> grads;
+    for (auto& p : pipe.parameters()) grads.push_back(p.grad().clone());
+    return std::make_pair(loss, grads);
+  };
+  const auto [loss, grads] = run(false);
+  const auto [loss_ckpt, grads_ckpt] = run(true);
+  EXPECT_EQ(loss_ckpt, loss);
+  ASSERT_EQ(grads_ckpt.size(), grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    EXPECT_EQ(grads_ckpt[i].to_vector(), grads[i].to_vector()) << i;
+  }
+}
+
 TEST(PipelineOneRank, RejectsWrongInput) {
   CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), {.num_micro_batches = 2});
   auto [x, y] = micro_batch(0, 0);
