@@ -159,6 +159,39 @@ nn::GPTConfig small_config() {
   return c;
 }
 
+// One cross-entropy step of a TP-split causal LM against the whole model on the same ids
+// (f64): the loss, and every parameter's gradient against its slice of the whole one.
+void expect_tp_matches_whole(nn::CausalLM& whole, nn::CausalLM& split,
+                             const TensorParallelPlan& plan,
+                             const std::shared_ptr<ProcessGroup>& tp, int64_t vocab_size) {
+  Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+  Generator data(4);
+  data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, vocab_size);
+  data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, vocab_size);
+  nn::CrossEntropyLoss ce;
+  VocabParallelCrossEntropy vce(tp, {.vocab_size = vocab_size});
+  const Tensor loss = ce.forward(whole.forward(ids), labels);
+  whole.backward(ce.backward());
+  const Tensor loss_tp = vce.forward(split.forward(ids), labels);
+  split.backward(vce.backward());
+  tp_testing::Failures f;
+  f.close("loss", loss_tp, loss);
+  const auto want = whole.named_parameters();
+  const auto got = split.named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].first, want[i].first);
+    const nn::Parameter& p = got[i].second;
+    Tensor expected = want[i].second.grad();
+    if (const TensorSlice* s = plan.slice(p)) {
+      expected = tp_testing::local_of(expected, static_cast<int>(s->dim), s->segments,
+                                      p.data().size(static_cast<int>(s->dim)));
+    }
+    f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
+  }
+  for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+}
+
 // A plan is data: a style on the wrong kind of layer, and sequence parallelism for a plan
 // without a sequence form, are errors naming the module and the style; a rule that matches
 // nothing is skipped; "*" matches one name only.
@@ -217,32 +250,7 @@ TEST(ParallelizeGpt, LogitsAndGradientsMatchTheWholeModel) {
       auto plan = parallelize(gpt, tp, gpt.parallel_plan(), {.sequence_parallel = sp});
       // wte (with the tied head), and per block c_attn w, b, c_proj w, c_fc w, b, c_proj w.
       EXPECT_EQ(plan->num_split(), 1u + 2u * 6u);
-      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
-      Generator data(4);
-      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
-      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
-      nn::CrossEntropyLoss ce;
-      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
-      const Tensor loss = ce.forward(whole.forward(ids), labels);
-      whole.backward(ce.backward());
-      const Tensor loss_tp = vce.forward(gpt.forward(ids), labels);
-      gpt.backward(vce.backward());
-      tp_testing::Failures f;
-      f.close("loss", loss_tp, loss);
-      const auto want = whole.named_parameters();
-      const auto got = gpt.named_parameters();
-      ASSERT_EQ(want.size(), got.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_EQ(got[i].first, want[i].first);
-        const nn::Parameter& p = got[i].second;
-        Tensor expected = want[i].second.grad();
-        if (const TensorSlice* s = plan->slice(p)) {
-          expected = tp_testing::local_of(expected, static_cast<int>(s->dim), s->segments,
-                                          p.data().size(static_cast<int>(s->dim)));
-        }
-        f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
-      }
-      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+      expect_tp_matches_whole(whole, gpt, *plan, tp, cfg.vocab_size);
     });
   }
 }
@@ -270,32 +278,7 @@ TEST(ParallelizeLlama, LogitsAndGradientsMatchTheWholeModel) {
       auto plan = parallelize(model, tp, model.parallel_plan());
       // embed_tokens (+ lm_head untied), per layer q, k, v, o, gate, up, down.
       EXPECT_EQ(plan->num_split(), (tied ? 1u : 2u) + 2u * 7u);
-      Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
-      Generator data(4);
-      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
-      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
-      nn::CrossEntropyLoss ce;
-      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
-      const Tensor loss = ce.forward(whole.forward(ids), labels);
-      whole.backward(ce.backward());
-      const Tensor loss_tp = vce.forward(model.forward(ids), labels);
-      model.backward(vce.backward());
-      tp_testing::Failures f;
-      f.close("loss", loss_tp, loss);
-      const auto want = whole.named_parameters();
-      const auto got = model.named_parameters();
-      ASSERT_EQ(want.size(), got.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        ASSERT_EQ(got[i].first, want[i].first);
-        const nn::Parameter& p = got[i].second;
-        Tensor expected = want[i].second.grad();
-        if (const TensorSlice* sl = plan->slice(p)) {
-          expected = tp_testing::local_of(expected, static_cast<int>(sl->dim), sl->segments,
-                                          p.data().size(static_cast<int>(sl->dim)));
-        }
-        f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
-      }
-      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
+      expect_tp_matches_whole(whole, model, *plan, tp, cfg.vocab_size);
       // Llama has no sequence-parallel form: asking for one is refused by name.
       nn::Llama other(cfg);
       expect_error(
