@@ -13,6 +13,7 @@
 #include "braid/comm/backend.h"
 #include "braid/core/config.h"
 #include "braid/core/error.h"
+#include "meta_backend.h"
 #include "shm_backend.h"
 
 // The components' entry points (ucx_register.cc, mpi_backend.cc, nccl_backend.cc) and
@@ -58,8 +59,9 @@ void register_builtin_backends() {
     Scope() { registering_builtins = true; }
     ~Scope() { registering_builtins = false; }
   } scope;
-  // shm always; each linked transport component through its entry point.
+  // shm and meta always; each linked transport component through its entry point.
   register_shm_backend();
+  register_meta_backend();
   for (const Component& c : kComponents) {
     if (c.entry != nullptr) c.entry();
   }

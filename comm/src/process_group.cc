@@ -12,6 +12,7 @@
 #include "braid/core/environment.h"
 #include "braid/core/error.h"
 #include "braid/core/logging.h"
+#include "meta_backend.h"
 #include "process_group_impl.h"
 
 namespace braid {
@@ -259,11 +260,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   g->world_rank = rank;
   for (int r = 0; r < size; ++r) g->global_ranks.push_back(r);
   g->timeout = resolve_group_timeout(options.timeout);
-  g->debug_mode = options.debug_mode.value_or(get_env_bool("BRAID_DEBUG_MODE", false));
+  // The meta backend simulates every rank in this process: there is no peer to agree with or
+  // to check arguments against (meta_backend.h).
+  const bool simulated = backend_name == kMetaBackendName;
+  g->debug_mode =
+      !simulated && options.debug_mode.value_or(get_env_bool("BRAID_DEBUG_MODE", false));
   g->backend_name = backend_name;
   if (options.store) {
     g->root_store = options.store;
-  } else if (size == 1 && !get_env_string("MASTER_PORT").has_value()) {
+  } else if (simulated || (size == 1 && !get_env_string("MASTER_PORT").has_value())) {
     // A plain process with no launcher around it is a valid one-rank world (as torch's
     // init_process_group with world_size 1 and Accelerate's Accelerator()): its store lives in
     // this process.
@@ -276,9 +281,11 @@ std::shared_ptr<ProcessGroup> ProcessGroup::create(const ProcessGroupOptions& op
   // Every rank must agree on the world before any backend rendezvous starts.
   const std::string what = "ProcessGroup::create on group 0";
   std::string hello = "size=" + std::to_string(size) + " backend=" + backend_name;
-  auto values =
-      exchange_values(*g->store, "create", hello, rank, g->global_ranks, g->timeout, what);
-  require_same(values, g->global_ranks, what, "the group");
+  if (!simulated) {
+    auto values =
+        exchange_values(*g->store, "create", hello, rank, g->global_ranks, g->timeout, what);
+    require_same(values, g->global_ranks, what, "the group");
+  }
   g->make_backend();
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(g)));
 }
@@ -294,10 +301,17 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks,
 
   // Agree first and validate after: every rank then sees the same lists and throws the same
   // error, rather than one rank throwing while the others wait for it.
+  const bool simulated = parent.backend_name == kMetaBackendName;
+  BRAID_CHECK(!simulated || backend_name == kMetaBackendName, kInvalidArgument, what,
+              ": a subgroup of a 'meta' group is simulated in this process too, so its backend "
+              "must be 'meta' (or left empty), got '",
+              backend_name, "'");
   std::string mine = "ranks=" + int_list_str(ranks) + " backend=" + backend_name;
-  auto values = exchange_values(*parent.store, "new_group/" + std::to_string(n), mine, parent.rank,
-                                parent.global_ranks, parent.timeout, what);
-  require_same(values, parent.global_ranks, what, "the arguments");
+  if (!simulated) {
+    auto values = exchange_values(*parent.store, "new_group/" + std::to_string(n), mine,
+                                  parent.rank, parent.global_ranks, parent.timeout, what);
+    require_same(values, parent.global_ranks, what, "the arguments");
+  }
   BRAID_CHECK(!ranks.empty(), kInvalidArgument, what, ": the rank list is empty");
   std::sort(ranks.begin(), ranks.end());
   for (size_t i = 0; i < ranks.size(); ++i) {

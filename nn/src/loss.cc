@@ -94,8 +94,10 @@ Tensor CrossEntropyLoss::forward(const Tensor& logits, const Tensor& targets) {
       break;
   }
   // Sum in the compute dtype (fixed order), then one division by the count: NaN when every
-  // target is ignored (0 / 0), as torch.
-  const double total = sum(loss).item();
+  // target is ignored (0 / 0), as torch. Meta: the same tensors, no values.
+  const Tensor summed = sum(loss);
+  if (summed.device().is_meta()) return Tensor::empty({}, compute, summed.device());
+  const double total = summed.item();
   if (compute == DType::kF32) {
     return scalar_tensor(static_cast<float>(total) / static_cast<float>(count), compute);
   }

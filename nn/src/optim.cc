@@ -116,8 +116,10 @@ void Optimizer::check_group(const ParamGroup& g) const {
                 " is undefined");
     BRAID_CHECK(supported_float(p.data().dtype()), kInvalidArgument, name, ": parameter ", i,
                 " has dtype ", dtype_name(p.data().dtype()), ": expected f32, bf16 or f16");
-    BRAID_CHECK(p.data().device().type == DeviceType::kCPU, kNotSupported, name, ": parameter ", i,
-                " is on ", p.data().device().str(), ": this build steps cpu parameters only");
+    // meta: a measurement run (shard::estimate_memory) allocates the state and steps nothing.
+    BRAID_CHECK(p.data().device().type == DeviceType::kCPU || p.data().device().is_meta(),
+                kNotSupported, name, ": parameter ", i, " is on ", p.data().device().str(),
+                ": this build steps cpu parameters (and meta ones, sizes only)");
     BRAID_CHECK(p.data().is_contiguous(), kInvalidArgument, name, ": parameter ", i,
                 " is not contiguous (shape ", shape_str(p.data().shape()), ")");
   }

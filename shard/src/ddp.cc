@@ -119,7 +119,7 @@ void ShardedModel::Impl::ddp_broadcast_buffers(nn::Module& root) {
   if (!options.ddp.broadcast_buffers || world() == 1) return;
   std::vector<Tensor> bufs;
   for (auto& [name, t] : root.named_buffers()) {
-    if (t.defined() && t.numel() > 0 && t.device() == kCPU) bufs.push_back(t);
+    if (t.defined() && t.numel() > 0 && t.device() == device) bufs.push_back(t);
   }
   if (bufs.empty()) return;
   auto group = comm;
@@ -171,7 +171,7 @@ void ShardedModel::Impl::launch_buckets(bool flush) {
 }
 
 void ShardedModel::Impl::reduce_bucket(Bucket& b) {
-  Tensor g = Tensor::zeros({b.padded}, stage0_reduce_dtype);
+  Tensor g = Tensor::zeros({b.padded}, stage0_reduce_dtype, device);
   std::string unused;
   for (auto& e : b.params) {
     if (!e.param->param.grad().defined())
@@ -194,7 +194,7 @@ void ShardedModel::Impl::reduce_bucket(Bucket& b) {
   submit(std::string(ordered ? "all_to_all" : "all_reduce") + " of DDP bucket",
          [group, g, bucket, ordered]() mutable {
            if (ordered) {
-             Tensor blocks = Tensor::empty({bucket->padded}, g.dtype());
+             Tensor blocks = Tensor::empty({bucket->padded}, g.dtype(), g.device());
              group->all_to_all(blocks, g);
              fold_blocks(blocks, group->size(), bucket->shard.count, bucket->acc);
            } else {
@@ -219,7 +219,7 @@ void ShardedModel::Impl::ddp_finish(double scale) {
     b.acc = Tensor();
     Tensor full = g;
     if (options.deterministic) {
-      full = Tensor::empty({b.padded}, DType::kF32);
+      full = Tensor::empty({b.padded}, DType::kF32, device);
       comm->all_gather_into(full, g);
     }
     for (auto& e : b.params) {

@@ -69,7 +69,7 @@ void ShardedModel::Impl::drain() {
 void ShardedModel::Impl::issue_gather(UnitState& s) {
   if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
   const DType dt = options.param_dtype;
-  Tensor flat = Tensor::empty({s.unit->padded}, dt);
+  Tensor flat = Tensor::empty({s.unit->padded}, dt, device);
   Tensor shard = master_shard(s);
   if (param_store && !s.shard_param.defined()) param_store->release(shard_key(s));  // ours now
   auto group = comm;
@@ -128,7 +128,7 @@ void ShardedModel::Impl::park(UnitState& s, bool changed) {
   if (!param_store || !s.shard_param.defined()) return;
   if (changed) param_store->put(shard_key(s), s.shard_param);  // the store holds it until written
   s.shard_param = Tensor();
-  s.opt_param.data() = Tensor::empty({0}, DType::kF32);  // placeholder (fsdp.h)
+  s.opt_param.data() = Tensor::empty({0}, DType::kF32, device);  // placeholder (fsdp.h)
 }
 
 // Reads the master shard of the unit after `unit` in `order` ahead of its gather.
@@ -166,7 +166,7 @@ void ShardedModel::Impl::drop_prefetches() {
 // alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
   if (s.unit->padded == 0) return;  // a root unit without parameters of its own
-  Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype);
+  Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype, device);
   for (auto& up : s.unit->params) {
     Tensor& grad = up.param.grad();
     if (grad.defined()) {
@@ -180,10 +180,11 @@ void ShardedModel::Impl::reduce(UnitState& s) {
   auto across = options.deterministic ? replicas : nullptr;
   UnitState* state = &s;
   submit("all_to_all of unit '" + s.unit->name + "'", [group, across, g, state]() mutable {
-    Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype());
+    Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype(), g.device());
     group->all_to_all(blocks, g);
     if (across) {
-      Tensor all_blocks = Tensor::empty({state->unit->padded * across->size()}, g.dtype());
+      Tensor all_blocks =
+          Tensor::empty({state->unit->padded * across->size()}, g.dtype(), g.device());
       across->all_gather_into(all_blocks, blocks);
       blocks = all_blocks;
     }
@@ -255,11 +256,30 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
                 "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
                 dtype_name(dt));
   }
+  // A measurement run (estimate_memory, docs/memory.md): every parameter on meta, no param_init
+  // to fill them, over a group of the meta backend. The whole step then runs on meta, each
+  // buffer allocated as on cpu and counted by the meta allocator.
+  bool all_meta = !options_.param_init;
+  for (auto& u : units_) {
+    for (auto& up : u.params) all_meta = all_meta && up.param.data().device().is_meta();
+  }
+  if (all_meta && !units_.empty()) {
+    BRAID_CHECK(impl_->pg->backend().name() == "meta", kInvalidArgument,
+                "ShardedModel: every parameter is on the meta device and ShardingOptions::"
+                "param_init is not set: that is a measurement run (shard::estimate_memory), "
+                "whose process group must use the 'meta' backend, got '",
+                impl_->pg->backend().name(),
+                "'; to train a model built on meta, give param_init (or load a checkpoint into "
+                "a model built with zeros)");
+    impl_->device = kMeta;
+  }
+  const bool measuring = impl_->device.is_meta();
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
       BRAID_CHECK(d.defined() && d.dtype() == DType::kF32 &&
-                      (d.device() == kCPU || (d.device().is_meta() && options_.param_init)),
+                      (d.device() == kCPU ||
+                       (d.device().is_meta() && (options_.param_init || measuring))),
                   kInvalidArgument, "ShardedModel: parameter '", up.name,
                   "' must be a defined f32 CPU tensor, or on the meta device with "
                   "ShardingOptions::param_init given; got ",
@@ -272,8 +292,8 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       if (d.device().is_meta()) {
         // Materialized below from param_init, the same values on every rank: no broadcast.
         // Stage 0 needs the whole parameter; stages 1-3 only this rank's shard (stage 3 never
-        // holds the whole model).
-        if (options_.stage == ZeroStage::k0) {
+        // holds the whole model). A measurement run keeps them on meta.
+        if (options_.stage == ZeroStage::k0 && !measuring) {
           Tensor t = Tensor::empty(up.shape, DType::kF32);
           options_.param_init(up.name, 0, up.numel, t.data<float>());
           up.param.data() = t;
@@ -295,8 +315,9 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     s.index = i;
     s.shard = u.shard(shard_rank, shard_world);
     // This rank's f32 shard: from the parameters, or from param_init for meta ones.
-    s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32);
+    s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32, impl_->device);
     for (auto& up : u.params) {
+      if (measuring) break;  // meta: no values to copy
       const int64_t lo = std::max(up.offset, s.shard.offset);
       const int64_t hi = std::min(up.offset + up.numel, s.shard.end());
       const bool meta = up.param.data().device().is_meta();
@@ -333,7 +354,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     if (options_.stage == ZeroStage::k3) {
       release_params(s);
     } else {
-      s.flat = Tensor::empty({u.padded}, options_.param_dtype);
+      s.flat = Tensor::empty({u.padded}, options_.param_dtype, impl_->device);
       impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
       point_params_at(s, s.flat);
     }
@@ -428,7 +449,7 @@ void ShardedModel::finish_gradients(double scale) {
   }
   for (auto& s : impl_->states) {
     if (s.unit->padded == 0) {  // nothing to reduce: an empty gradient
-      s.opt_param.grad() = Tensor::zeros({0}, DType::kF32);
+      s.opt_param.grad() = Tensor::zeros({0}, DType::kF32, impl_->device);
       continue;
     }
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
@@ -486,8 +507,11 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
   std::vector<Tensor> grads;  // the gradient tensors to scale
   for (auto& s : impl_->states) {
     const int64_t padded = s.unit->padded;
-    Tensor all_partials = Tensor::empty({padded / kChunk}, DType::kF64);
-    const auto chunk_sums = [](const float* x, int64_t chunks, double* out) {
+    Tensor all_partials = Tensor::empty({padded / kChunk}, DType::kF64, impl_->device);
+    // A measurement run (meta) allocates what clipping allocates and computes nothing.
+    const bool meta = impl_->device.is_meta();
+    const auto chunk_sums = [meta](const float* x, int64_t chunks, double* out) {
+      if (meta) return;
       for (int64_t c = 0; c < chunks; ++c) {
         double sum = 0;
         for (int64_t i = 0; i < kChunk; ++i) {
@@ -499,7 +523,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
     };
     if (options_.stage == ZeroStage::k0) {
       // Every rank holds the whole gradient: the same partials, computed locally.
-      Tensor flat = Tensor::zeros({padded}, DType::kF32);
+      Tensor flat = Tensor::zeros({padded}, DType::kF32, impl_->device);
       for (auto& up : s.unit->params) {
         const nn::Parameter target = impl_->stage0_target(up);
         BRAID_CHECK(target.grad().defined(), kInvalidArgument,
@@ -511,13 +535,13 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
     } else {
       Tensor g = s.opt_param.grad();
       BRAID_CHECK(g.defined(), kInvalidArgument, "clip_grad_norm_: call finish_gradients first");
-      Tensor mine = Tensor::empty({s.shard.count / kChunk}, DType::kF64);
+      Tensor mine = Tensor::empty({s.shard.count / kChunk}, DType::kF64, impl_->device);
       chunk_sums(g.data<float>(), s.shard.count / kChunk, mine.data<double>());
       impl_->comm->all_gather_into(all_partials, mine);
       grads.push_back(g);
     }
     const double* p = all_partials.data<double>();
-    for (int64_t c = 0; c < padded / kChunk; ++c) total += p[c];
+    for (int64_t c = 0; c < padded / kChunk && !meta; ++c) total += p[c];
   }
   const double norm = std::sqrt(total);
   if (!std::isfinite(norm)) return norm;

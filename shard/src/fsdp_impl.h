@@ -51,6 +51,9 @@ struct ShardedModel::Impl {
   std::shared_ptr<ProcessGroup> comm;
   std::shared_ptr<ProcessGroup> replicas;  // HSDP: this rank's replicas (null without HSDP)
   ShardingOptions options;
+  // Where the flat buffers, shards and reductions live: cpu, or meta for a measurement run
+  // (estimate_memory: meta parameters, no param_init, a 'meta' group).
+  Device device = kCPU;
   std::vector<UnitState> states;
   std::vector<nn::Parameter> stage0_params;  // stage 0: the model's parameters, unit order
   std::unique_ptr<CommQueue> queue;          // null without overlap

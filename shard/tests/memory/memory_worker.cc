@@ -1,11 +1,12 @@
 // memory_worker: one rank of a multi-process check of the memory estimate (run_memory.sh):
-// every rank trains the small GPT of memory_test_util.h for two steps under braid launch,
-// measures the second with its own process's allocator, and compares the peak with
-// estimate_gpt_memory for this world size; exits 1 when they differ by more than 10% of the
+// every rank trains the small GPT-2 (or Llama) of memory_test_util.h for two steps under
+// braid launch, measures the second with its own process's allocator, and compares the peak
+// with estimate_memory for this world size; exits 1 when they differ by more than 10% of the
 // measured peak, or (without the communication thread) when what stays allocated between
 // steps differs at all.
 //
-//   memory_worker <stage 0-3> [--param-dtype bf16] [--reduce-dtype bf16] [--keep-after-forward]
+//   memory_worker <stage 0-3> [--llama] [--param-dtype bf16] [--reduce-dtype bf16]
+//                 [--keep-after-forward]
 //                 [--overlap] [--autocast bf16] [--checkpointing] [--micro-batches K]
 //                 [--bucket-cap-mb X] [--not-deterministic] [--shard-group-size S]
 #include <cstdio>
@@ -27,7 +28,12 @@ int run(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--param-dtype" && has_value) {
+    if (a == "--llama") {
+      const memory_test::Case l = memory_test::make_case(name, c.sharding.stage,
+                                                         memory_test::Family::kLlama);
+      c.family = l.family;
+      c.name = l.name;
+    } else if (a == "--param-dtype" && has_value) {
       c.sharding.param_dtype = parse_dtype(argv[++i]);
     } else if (a == "--reduce-dtype" && has_value) {
       c.sharding.reduce_dtype = parse_dtype(argv[++i]);
@@ -38,9 +44,9 @@ int run(int argc, char** argv) {
     } else if (a == "--autocast" && has_value) {
       c.workload.autocast = parse_dtype(argv[++i]);
     } else if (a == "--checkpointing") {
-      c.config.activation_checkpointing = true;
+      c.set_checkpointing(true);
     } else if (a == "--micro-batches" && has_value) {
-      c.micro_batches = std::stoll(argv[++i]);
+      c.workload.micro_batches = std::stoll(argv[++i]);
     } else if (a == "--bucket-cap-mb" && has_value) {
       c.sharding.ddp.bucket_cap_mb = std::stod(argv[++i]);
     } else if (a == "--not-deterministic") {
@@ -56,13 +62,12 @@ int run(int argc, char** argv) {
   const MemoryEstimate e = memory_test::predict(c, pg->size());
   std::printf("%s\n", memory_test::report(c, pg->size(), pg->rank(), m, e).c_str());
   std::fflush(stdout);
-  const double err = memory_test::relative_error(m.peak, e.allocator_peak);
+  const double err = memory_test::relative_error(m.peak, e.peak_bytes);
   BRAID_CHECK(err <= 0.10, kInvalidArgument, "rank ", pg->rank(), ": predicted peak ",
-              e.allocator_peak, " is ", 100 * err, "% off the measured ", m.peak);
-  BRAID_CHECK(
-      c.sharding.overlap.value_or(true) || m.between_steps == e.between_steps.allocator_bytes(),
-      kInvalidArgument, "rank ", pg->rank(), ": ", m.between_steps,
-      " bytes stay allocated between steps, predicted ", e.between_steps.allocator_bytes());
+              e.peak_bytes, " is ", 100 * err, "% off the measured ", m.peak);
+  BRAID_CHECK(c.sharding.overlap.value_or(true) || m.between_steps == e.between_steps,
+              kInvalidArgument, "rank ", pg->rank(), ": ", m.between_steps,
+              " bytes stay allocated between steps, predicted ", e.between_steps);
   pg->barrier();
   return 0;
 }

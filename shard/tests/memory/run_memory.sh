@@ -29,4 +29,6 @@ run 3 0 --bucket-cap-mb 0.05
 run 2 0 --bucket-cap-mb 0.05 --not-deterministic --micro-batches 2
 run 4 3 --shard-group-size 2
 run 4 2 --shard-group-size 2 --not-deterministic
+for s in 0 1 2 3; do run 2 "$s" --llama; done
+run 4 3 --llama --param-dtype bf16 --reduce-dtype bf16 --shard-group-size 2
 echo "OK: memory estimate within 10% on every rank"
