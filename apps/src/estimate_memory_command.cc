@@ -1,8 +1,9 @@
-// `braid estimate-memory [MODEL]`: Accelerate's estimate-memory for braid's GPT, per rank and
-// ZeRO stage (docs/memory.md). MODEL is a preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a
-// transformers config.json, or a folder holding one. The model is built on the meta device (no
-// memory), cut into units as ShardedModel cuts it (transformer_based_wrap over GPT2Block), and
-// shard::estimate_gpt_memory replays a training step of one micro-batch per rank.
+// `braid estimate-memory [MODEL]`: Accelerate's estimate-memory for braid's causal LMs, per
+// rank and ZeRO stage (docs/memory.md). MODEL is a preset (nn::causal_lm_preset_names: GPT-2
+// sizes, Llama-2 7B / 13B, TinyLlama), a transformers config.json of a family braid implements
+// (model_type gpt2 or llama), or a folder holding one. Each row is shard::estimate_memory: the
+// real ShardedModel and optimizer running two steps on the meta device over a 'meta' group of
+// --num_processes ranks, measured with the meta allocator (no memory is used).
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "braid/core/error.h"
-#include "braid/nn/gpt.h"
+#include "braid/nn/models.h"
 #include "braid/nn/module.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/fsdp.h"
@@ -30,7 +31,7 @@ struct EstimateOptions {
   std::vector<int64_t> stages = {0, 1, 2, 3};
   std::vector<std::string> dtypes = {"float32", "bfloat16"};
   int64_t batch = 1;
-  int64_t seq = 0;  // 0: n_positions
+  int64_t seq = 0;  // 0: the model's positions (n_positions, max_position_embeddings)
   std::string optimizer = "adamw";
   int64_t hsdp = 0;
   bool checkpointing = false;
@@ -38,32 +39,28 @@ struct EstimateOptions {
   bool details = false;
 };
 
-nn::GPTConfig preset(const std::string& name) {
-  nn::GPTConfig c;  // gpt2: 12 layers, 768, 12 heads
-  if (name == "gpt2") return c;
-  if (name == "gpt2-medium") {
-    c.n_layer = 24, c.n_embd = 1024, c.n_head = 16;
-  } else if (name == "gpt2-large") {
-    c.n_layer = 36, c.n_embd = 1280, c.n_head = 20;
-  } else if (name == "gpt2-xl") {
-    c.n_layer = 48, c.n_embd = 1600, c.n_head = 25;
-  } else {
-    BRAID_FAIL(kInvalidArgument, "estimate-memory: '", name,
-               "' is not a preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a config.json or a "
-               "folder holding one");
-  }
-  return c;
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
-nn::GPTConfig model_config(const std::string& model) {
+// The config.json text of MODEL: a file, a folder holding one, or a preset.
+std::string model_config(const std::string& model) {
   std::filesystem::path p(model);
   if (std::filesystem::is_directory(p)) p /= "config.json";
-  if (!std::filesystem::is_regular_file(p)) return preset(model);
+  if (!std::filesystem::is_regular_file(p)) {
+    std::string preset = nn::causal_lm_preset_config(model);
+    BRAID_CHECK(!preset.empty(), kInvalidArgument, "estimate-memory: '", model,
+                "' is not a preset (", joined(nn::causal_lm_preset_names()),
+                "), a config.json or a folder holding one");
+    return preset;
+  }
   std::ifstream in(p);
   std::stringstream text;
   text << in.rdbuf();
   BRAID_CHECK(in.good() || in.eof(), kIo, "estimate-memory: cannot read ", p.string());
-  return nn::GPTConfig::from_hf_json(text.str());
+  return text.str();
 }
 
 DType parse_dtype_name(const std::string& name) {
@@ -79,37 +76,40 @@ double mib(int64_t bytes) {
 }
 
 void run(const EstimateOptions& o) {
-  nn::GPTConfig cfg = model_config(o.model);
-  cfg.activation_checkpointing = o.checkpointing;
-  const int64_t seq = o.seq > 0 ? o.seq : cfg.n_positions;
-  BRAID_CHECK(o.num_processes >= 1 && o.batch >= 1 && seq >= 1, kInvalidArgument,
-              "estimate-memory: --num_processes, --batch_size and --seq_len must be >= 1");
-  std::shared_ptr<nn::GPT> gpt;
+  const std::string json = model_config(o.model);
+  const nn::CausalLMBuildOptions build_options{.activation_checkpointing = o.checkpointing};
+  std::shared_ptr<nn::CausalLM> probe;
   {
     nn::InitEmptyWeights empty;  // meta device: sizes only
-    gpt = std::make_shared<nn::GPT>(cfg);
+    probe = nn::causal_lm_from_hf_config(json, build_options);
   }
-  kernels::OptimAlgo algo = kernels::OptimAlgo::kAdamW;
-  nn::OptimizerOptions opt_options;
+  const int64_t positions = probe->max_positions();
+  const int64_t seq = o.seq > 0 ? o.seq : positions;
+  BRAID_CHECK(o.num_processes >= 1 && o.batch >= 1 && seq >= 1, kInvalidArgument,
+              "estimate-memory: --num_processes, --batch_size and --seq_len must be >= 1");
+  shard::MemoryOptimizer opt;
   if (o.optimizer == "adam") {
-    algo = kernels::OptimAlgo::kAdam;
+    opt.algo = kernels::OptimAlgo::kAdam;
   } else if (o.optimizer == "sgd") {
-    algo = kernels::OptimAlgo::kSgd;
-    opt_options.momentum = 0.9;
+    opt.algo = kernels::OptimAlgo::kSgd;
+    opt.options.momentum = 0.9;
   } else {
     BRAID_CHECK(o.optimizer == "adamw", kInvalidArgument,
                 "estimate-memory: --optimizer takes adamw, adam or sgd, got '", o.optimizer, "'");
   }
+  const std::string block = nn::block_type_name(*probe);
   const shard::WrapPolicy wrap{.kind = shard::WrapKind::kTransformerBased,
-                               .transformer_cls_names_to_wrap = {"GPT2Block"}};
+                               .transformer_cls_names_to_wrap = {block}};
   const int world = static_cast<int>(o.num_processes);
   std::printf(
-      "# %s: %lld layers, n_embd %lld, vocab %lld, %.1fM parameters; %lld rank(s), "
-      "micro-batch %lld x %lld tokens per rank, %s%s\n",
-      o.model.c_str(), static_cast<long long>(cfg.n_layer), static_cast<long long>(cfg.n_embd),
-      static_cast<long long>(cfg.vocab_size), static_cast<double>(gpt->num_parameters()) / 1e6,
-      static_cast<long long>(world), static_cast<long long>(o.batch), static_cast<long long>(seq),
-      o.optimizer.c_str(), o.checkpointing ? ", activation checkpointing" : "");
+      "# %s: %s, %lld %s blocks, vocab %lld, %.1fM parameters; %lld rank(s), micro-batch %lld x "
+      "%lld tokens per rank, %s%s\n",
+      o.model.c_str(), probe->model_type().c_str(), static_cast<long long>(probe->num_blocks()),
+      block.c_str(), static_cast<long long>(probe->vocab_size()),
+      static_cast<double>(probe->num_parameters()) / 1e6, static_cast<long long>(world),
+      static_cast<long long>(o.batch), static_cast<long long>(seq), o.optimizer.c_str(),
+      o.checkpointing ? ", activation checkpointing" : "");
+  probe.reset();
   std::printf("%-9s %-5s %12s %16s  %s\n", "dtype", "stage", "peak MiB", "between steps",
               "peak at");
   for (const std::string& dtype_name : o.dtypes) {
@@ -122,15 +122,11 @@ void run(const EstimateOptions& o) {
       so.reshard_after_forward = !o.keep_after_forward;
       so.overlap = false;
       if (o.hsdp > 0 && stage > 0) so.shard_group_size = o.hsdp;
-      const int shard_world =
-          so.shard_group_size > 0 ? static_cast<int>(so.shard_group_size) : world;
-      const auto units = shard::unit_sizes(shard::make_units(*gpt, wrap, shard_world));
-      const auto mo =
-          shard::MemoryOptions::from(so, world, shard::OptimizerMemory::of(algo, opt_options));
-      const shard::MemoryEstimate e = shard::estimate_gpt_memory(
-          cfg, {.batch = o.batch, .seq = seq, .autocast = dt}, units, mo);
+      const shard::MemoryEstimate e = shard::estimate_memory(
+          [&] { return nn::causal_lm_from_hf_config(json, build_options); }, so, world,
+          {.batch = o.batch, .seq = seq, .autocast = dt}, opt);
       std::printf("%-9s %-5lld %12.1f %16.1f  %s\n", dtype_name.c_str(),
-                  static_cast<long long>(stage), mib(e.peak_bytes()), mib(e.between_steps.total()),
+                  static_cast<long long>(stage), mib(e.peak_bytes), mib(e.between_steps),
                   e.peak_at.c_str());
       if (o.details) std::printf("%s\n", e.str().c_str());
     }
@@ -143,9 +139,12 @@ void add_estimate_memory_command(CLI::App& app) {
   auto o = std::make_shared<EstimateOptions>();
   CLI::App* cmd = app.add_subcommand(
       "estimate-memory",
-      "Peak memory per rank of a GPT training step at each ZeRO stage (docs/memory.md)");
+      "Peak memory per rank of a training step at each ZeRO stage, measured on the meta device "
+      "(docs/memory.md)");
   cmd->add_option("model", o->model,
-                  "gpt2, gpt2-medium, gpt2-large, gpt2-xl, a config.json or a folder with one")
+                  "A preset (gpt2, gpt2-medium, gpt2-large, gpt2-xl, meta-llama/Llama-2-7b-hf, "
+                  "meta-llama/Llama-2-13b-hf, tinyllama), a config.json (model_type gpt2 or "
+                  "llama) or a folder with one")
       ->capture_default_str();
   cmd->add_option("--num_processes,--num-processes,-n", o->num_processes, "Ranks (world size)")
       ->capture_default_str();
@@ -157,7 +156,8 @@ void add_estimate_memory_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch_size,--batch-size", o->batch, "Sequences per rank per micro-batch")
       ->capture_default_str();
-  cmd->add_option("--seq_len,--seq-len", o->seq, "Tokens per sequence (default: n_positions)");
+  cmd->add_option("--seq_len,--seq-len", o->seq,
+                  "Tokens per sequence (default: the model's positions)");
   cmd->add_option("--optimizer", o->optimizer, "adamw, adam or sgd (with momentum)")
       ->capture_default_str();
   cmd->add_option("--hsdp", o->hsdp, "HSDP shard group size (stages 1-3; 0: none)");

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `braid estimate-memory` (docs/memory.md): the table for a preset and for a config.json, the
-# ordering the stages must have, and the messages for bad input.
+# `braid estimate-memory` (docs/memory.md): the table for presets of both families and for
+# config.json files, the ordering the stages must have, and the messages for bad input.
 #   estimate_memory_cli_test.sh BRAID
 set -euo pipefail
 braid=$1
@@ -31,12 +31,35 @@ cat >"$tmp/config.json" <<'JSON'
 JSON
 out=$("$braid" estimate-memory "$tmp" --zero_stages 3 --dtypes float32 -n 2 --details)
 grep -q "^float32   3 " <<<"$out" || fail "no stage-3 row for the config folder"
-grep -q "master shards" <<<"$out" || fail "--details prints the terms"
+grep -q "sharded model" <<<"$out" || fail "--details prints the breakdown"
 "$braid" estimate-memory "$tmp/config.json" --zero_stages 1 --dtypes bf16 >/dev/null
+
+# Llama: the Hub name of a preset, and a LlamaForCausalLM config.json.
+out=$("$braid" estimate-memory meta-llama/Llama-2-7b-hf -n 8 --batch_size 1 --seq_len 2048 \
+  --dtypes bf16)
+echo "$out"
+grep -q "llama, 32 LlamaDecoderLayer blocks" <<<"$out" || fail "Llama-2-7b is a llama of 32 blocks"
+grep -q "6738.4M parameters" <<<"$out" || fail "Llama-2-7b has 6738.4M parameters"
+peaks=($(awk '$1 == "bf16" {print $3}' <<<"$out"))
+[[ ${#peaks[@]} -eq 4 ]] || fail "expected 4 Llama rows"
+awk -v a="${peaks[0]}" -v b="${peaks[3]}" 'BEGIN {exit !(b < a / 3)}' ||
+  fail "Llama-2-7b: stage 3 (${peaks[3]}) is not below a third of stage 0 (${peaks[0]})"
+mkdir "$tmp/llama"
+cat >"$tmp/llama/config.json" <<'JSON'
+{"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 512,
+ "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "max_position_embeddings": 128}
+JSON
+out=$("$braid" estimate-memory "$tmp/llama" -n 2 --activation_checkpointing)
+grep -q "^bfloat16  3 " <<<"$out" || fail "no stage-3 row for the Llama config"
+grep -q "activation checkpointing" <<<"$out" || fail "the header names checkpointing"
 
 # Bad input names the value.
 err=$("$braid" estimate-memory gpt3 2>&1) && fail "an unknown model must fail"
 grep -q "'gpt3' is not a preset" <<<"$err" || fail "message: $err"
+echo '{"model_type": "t5", "d_model": 512}' >"$tmp/t5.json"
+err=$("$braid" estimate-memory "$tmp/t5.json" 2>&1) && fail "an unknown family must fail"
+grep -q 'model_type "t5" is not a family braid implements' <<<"$err" || fail "message: $err"
 err=$("$braid" estimate-memory gpt2 --dtypes int8 2>&1) && fail "a bad dtype must fail"
 grep -q "got 'int8'" <<<"$err" || fail "message: $err"
 err=$("$braid" estimate-memory gpt2 --zero_stages 4 2>&1) && fail "stage 4 must fail"

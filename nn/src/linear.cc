@@ -59,6 +59,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, Bias bias, WeightLayou
   const Shape wshape = layout == WeightLayout::kOutIn ? Shape{out_features, in_features}
                                                       : Shape{in_features, out_features};
   auto uniform = [&](const Shape& shape) {
+    if (empty_weights_active()) return Tensor::empty(shape, dtype, kMeta);  // no draw
     return add(scale(Tensor::rand(shape, draw, gen), 2.0 * bound), Scalar(-bound)).to(dtype);
   };
   register_parameter("weight", Parameter(uniform(wshape)));

@@ -53,6 +53,10 @@ InitEmptyWeights::~InitEmptyWeights() {
   t_empty_weights = prev_;
 }
 
+bool empty_weights_active() {
+  return t_empty_weights > 0;
+}
+
 NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
   t_grad_enabled = false;
 }

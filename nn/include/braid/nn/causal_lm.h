@@ -117,6 +117,10 @@ class CausalLM : public Layer {
   using Layer::Layer;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t num_blocks() const = 0;
+  // The longest sequence it takes (n_positions, max_position_embeddings).
+  virtual int64_t max_positions() const = 0;
+  // transformers' model_type: "gpt2", "llama".
+  virtual std::string model_type() const = 0;
   virtual const ParallelPlan& parallel_plan() const = 0;
   // The family's initialization, drawn from `gen`.
   virtual void init_weights(Generator& gen) = 0;

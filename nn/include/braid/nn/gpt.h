@@ -118,6 +118,8 @@ class GPT : public CausalLM {
   const GPTConfig& config() const { return cfg_; }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t num_blocks() const override { return cfg_.n_layer; }
+  int64_t max_positions() const override { return cfg_.n_positions; }
+  std::string model_type() const override { return "gpt2"; }
   // Blocks at "transformer.h"; wte / lm_head tied; c_attn column-parallel in 3 blocks (q | k |
   // v), c_proj / mlp.c_proj row-parallel, mlp.c_fc column-parallel, the attention by heads, wte
   // vocab-parallel, lm_head over the padded vocabulary; sequence parallelism: ln_1 / ln_2 /

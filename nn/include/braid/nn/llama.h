@@ -129,6 +129,8 @@ class Llama : public CausalLM {
   const LlamaConfig& config() const { return cfg_; }
   int64_t vocab_size() const override { return cfg_.vocab_size; }
   int64_t num_blocks() const override { return cfg_.num_hidden_layers; }
+  int64_t max_positions() const override { return cfg_.max_position_embeddings; }
+  std::string model_type() const override { return "llama"; }
   // q/k/v_proj and gate/up_proj column-parallel, o_proj / down_proj row-parallel, self_attn by
   // heads, embed_tokens vocab-parallel, lm_head over the padded vocabulary; blocks at
   // "model.layers"; the tied pair only with tie_word_embeddings. No sequence-parallel form

@@ -51,9 +51,11 @@ class NoGradGuard {
 
 // The seed's init_empty_weights (Accelerate's big-model utilities): while one is alive on a
 // thread, parameters registered on that thread become tensors of the same shape and dtype on
-// the meta device (no memory; the constructor's own values are dropped at once), so a model
-// of any size can be built to size it or to be materialized shard by shard
-// (shard::ShardingOptions::param_init). With include_buffers, buffers too.
+// the meta device (no memory), so a model of any size can be built to size it or to be
+// materialized shard by shard (shard::ShardingOptions::param_init). Linear and Embedding,
+// which hold nearly all of a model's elements, then draw no initial values
+// (empty_weights_active()), so a 7B model builds in well under a second, as under torch's
+// meta device; other layers' few values are dropped at once. With include_buffers, buffers too.
 class InitEmptyWeights {
  public:
   explicit InitEmptyWeights(bool include_buffers = false);
@@ -64,6 +66,10 @@ class InitEmptyWeights {
  private:
   int prev_;
 };
+
+// True while an InitEmptyWeights is alive on this thread: a layer's constructor may then give
+// register_parameter a meta tensor of the right shape and dtype instead of drawing values.
+bool empty_weights_active();
 
 // ---- hooks ---------------------------------------------------------------------------------
 
