@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "braid/comm/backend.h"
+#include "braid/comm/object.h"
 #include "braid/comm/process_group.h"
 #include "braid/core/error.h"
 
@@ -56,6 +57,20 @@ TEST(MetaBackend, SubgroupsAreMetaAndNeedNoPeers) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("must be 'meta'"), std::string::npos) << e.what();
   }
+}
+
+// Object collectives: every simulated rank runs the same program, so each holds this rank's
+// object (DeviceMesh compares its arguments this way).
+TEST(MetaBackend, ObjectCollectivesSeeThisRanksObjectEverywhere) {
+  auto pg = meta_group(1, 3);
+  const std::vector<Tree> all = all_gather_object(*pg, Tree(std::string("mine")));
+  ASSERT_EQ(all.size(), 3u);
+  for (const Tree& t : all) EXPECT_EQ(t.as_string(), "mine");
+  EXPECT_EQ(gather_object(*pg, Tree(int64_t{7}), /*root=*/1).size(), 3u);
+  EXPECT_TRUE(gather_object(*pg, Tree(int64_t{7}), /*root=*/0).empty());
+  std::vector<Tree> list = {Tree(int64_t{1}), Tree(int64_t{2})};
+  broadcast_object_list(*pg, list, 0);
+  EXPECT_EQ(list.size(), 2u);
 }
 
 TEST(MetaBackend, TheFrontStillChecksShapesAndDevices) {

@@ -41,5 +41,7 @@ void broadcast_object_list(ProcessGroup& pg, std::vector<Tree>& objects, int roo
 std::vector<Tree> gather_object(ProcessGroup& pg, const Tree& object, int root);
 // On every rank: one Tree per rank, in rank order.
 std::vector<Tree> all_gather_object(ProcessGroup& pg, const Tree& object);
+// On a group of the 'meta' backend (one process standing for every rank, each running the same
+// program) the three move nothing: every rank's object is taken to be this rank's.
 
 }  // namespace braid
