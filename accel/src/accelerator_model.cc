@@ -86,14 +86,6 @@ std::shared_ptr<PreparedModel> Accelerator::prepare_model(
     vocab_size_ = lm->vocab_size();
     out->vocab_size_ = vocab_size_;
   }
-  if (plan_.activation_checkpointing) {
-    // FSDP's activation_checkpointing: every wrapped unit (not the root) recomputes its forward.
-    const int shard_world =
-        options.shard_group_size > 0 ? static_cast<int>(options.shard_group_size) : dp_->size();
-    for (auto& u : shard::make_units(*model, options.wrap, shard_world)) {
-      if (u.layer != model.get()) u.layer->set_checkpointing(true);
-    }
-  }
   out->sharded_ = std::make_shared<shard::ShardedModel>(std::move(model), dp_, options);
   models_.push_back(out->sharded_);
   prepared_.push_back(out);
@@ -125,7 +117,6 @@ void Accelerator::prepare_pipeline(
   o.sharding.checkpoint_group = pg_;  // every stage's ranks write into one folder
   o.tp_group = tp;
   o.tensor_parallel.sequence_parallel = plan_.sequence_parallel && tp != nullptr;
-  o.activation_checkpointing = plan_.activation_checkpointing;
   if (o.sharding.wrap.kind == shard::WrapKind::kTransformerBased) {
     // A stage whose blocks are all wrapped leaves its root unit empty (Pipeline refuses it):
     // each stage is one unit.

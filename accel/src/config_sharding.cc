@@ -153,7 +153,7 @@ void map_fsdp(const AcceleratorConfig& c, ShardingPlan& plan) {
     sd = FsdpStateDictType::kShardedStateDict;
   }
   plan.state_dict_type = sd;
-  plan.activation_checkpointing = f.activation_checkpointing;
+  plan.options.activation_checkpointing = f.activation_checkpointing;
 }
 
 void check_nvme(nn::OffloadDevice device, const std::filesystem::path& path, const char* device_key,
@@ -220,7 +220,7 @@ void map_megatron(const AcceleratorConfig& c, ShardingPlan& plan) {
   const MegatronLMPlugin m = c.megatron_lm_plugin.value_or(MegatronLMPlugin{});
   plan.options.stage = m.use_distributed_optimizer ? ZeroStage::k1 : ZeroStage::k0;
   set_dtypes(plan, policy_for(c, std::nullopt), false);
-  plan.activation_checkpointing = m.recompute_activations;
+  plan.options.activation_checkpointing = m.recompute_activations;
   plan.state_dict_type = FsdpStateDictType::kShardedStateDict;  // Megatron's own checkpoints
   if (m.gradient_clipping > 0) plan.gradient_clipping = m.gradient_clipping;
 }

@@ -77,11 +77,10 @@ double mib(int64_t bytes) {
 
 void run(const EstimateOptions& o) {
   const std::string json = model_config(o.model);
-  const nn::CausalLMBuildOptions build_options{.activation_checkpointing = o.checkpointing};
   std::shared_ptr<nn::CausalLM> probe;
   {
     nn::InitEmptyWeights empty;  // meta device: sizes only
-    probe = nn::causal_lm_from_hf_config(json, build_options);
+    probe = nn::causal_lm_from_hf_config(json);
   }
   const int64_t positions = probe->max_positions();
   const int64_t seq = o.seq > 0 ? o.seq : positions;
@@ -120,10 +119,11 @@ void run(const EstimateOptions& o) {
       so.wrap = wrap;
       so.param_dtype = dt;  // FSDP MixedPrecision: 16-bit parameters, f32 masters
       so.reshard_after_forward = !o.keep_after_forward;
+      so.activation_checkpointing = o.checkpointing;  // every block: the units' layers
       so.overlap = false;
       if (o.hsdp > 0 && stage > 0) so.shard_group_size = o.hsdp;
       const shard::MemoryEstimate e = shard::estimate_memory(
-          [&] { return nn::causal_lm_from_hf_config(json, build_options); }, so, world,
+          [&] { return nn::causal_lm_from_hf_config(json); }, so, world,
           {.batch = o.batch, .seq = seq, .autocast = dt}, opt);
       std::printf("%-9s %-5lld %12.1f %16.1f  %s\n", dtype_name.c_str(),
                   static_cast<long long>(stage), mib(e.peak_bytes), mib(e.between_steps),

@@ -48,22 +48,17 @@ std::vector<std::string> causal_lm_model_types() {
   return {"gpt2", "llama"};
 }
 
-std::shared_ptr<CausalLM> causal_lm_from_hf_config(const std::string& json_text,
-                                                   const CausalLMBuildOptions& options) {
+std::shared_ptr<CausalLM> causal_lm_from_hf_config(const std::string& json_text) {
   const nlohmann::json j = detail::parse_json_object(json_text, "config");
   const auto it = j.find("model_type");
   BRAID_CHECK(it != j.end() && it->is_string(), kInvalidArgument,
               "config json: no \"model_type\" string; expected one of \"gpt2\", \"llama\"");
   const std::string type = it->get<std::string>();
   if (type == "gpt2") {
-    GPTConfig c = GPTConfig::from_hf_json(json_text);
-    c.activation_checkpointing = options.activation_checkpointing;
-    return std::make_shared<GPT>(c);
+    return std::make_shared<GPT>(GPTConfig::from_hf_json(json_text));
   }
   if (type == "llama") {
-    LlamaConfig c = LlamaConfig::from_hf_json(json_text);
-    c.activation_checkpointing = options.activation_checkpointing;
-    return std::make_shared<Llama>(c);
+    return std::make_shared<Llama>(LlamaConfig::from_hf_json(json_text));
   }
   BRAID_FAIL(kInvalidArgument, "config json: model_type \"", type,
              "\" is not a family braid implements; expected one of \"gpt2\", \"llama\"");

@@ -250,6 +250,11 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       "DeepSpeed); use the optimizer's offload (offload_optimizer_device) at stages 1-2");
   const int shard_world = impl_->comm->size(), shard_rank = impl_->comm->rank();
   units_ = make_units(*model_, options_.wrap, shard_world);
+  if (options_.activation_checkpointing) {
+    for (auto& u : units_) {
+      if (u.layer != model_.get()) u.layer->set_checkpointing(true);
+    }
+  }
 
   for (DType dt : {options_.param_dtype, options_.reduce_dtype}) {
     BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,

@@ -44,7 +44,7 @@ CausalLMPipeline::CausalLMPipeline(std::shared_ptr<const nn::CausalLM> model,
     tp_options_ = options.tensor_parallel;
     if (options.vocab_size == 0) options.vocab_size = model_->vocab_size();
   }
-  checkpointing_ = options.activation_checkpointing;
+  checkpointing_ = options.sharding.activation_checkpointing;
   specs_ = partition_stages(*model_, S, options.blocks_per_stage, options.partition);
   std::vector<std::shared_ptr<nn::Layer>> chunks;
   for (int64_t c = 0; c < v; ++c) {

@@ -93,7 +93,7 @@ TEST(ShardingPlan, Fsdp2ParallelismConfigIsHsdp) {
   EXPECT_EQ(p.options.stage, ZeroStage::k3);
   EXPECT_TRUE(p.options.reshard_after_forward);
   EXPECT_EQ(p.options.shard_group_size, 4);  // dp_shard 4 x dp_replicate 2
-  EXPECT_TRUE(p.activation_checkpointing);
+  EXPECT_TRUE(p.options.activation_checkpointing);
   EXPECT_TRUE(p.init_on_meta);
   EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kFullStateDict);
   EXPECT_EQ(p.options.param_dtype, DType::kBF16);
@@ -162,7 +162,7 @@ TEST(ShardingPlan, FsdpWrapPrefetchOffloadAndWarnings) {
   EXPECT_FALSE(p.options.sync_module_states);
   EXPECT_EQ(p.options.offload_param.device, nn::OffloadDevice::kCpu);
   EXPECT_EQ(p.offload_optimizer.device, nn::OffloadDevice::kCpu);
-  EXPECT_TRUE(p.activation_checkpointing);
+  EXPECT_TRUE(p.options.activation_checkpointing);
   EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kFullStateDict);  // fsdp_version 1's default
   EXPECT_TRUE(p.warnings.empty());
 
@@ -240,7 +240,7 @@ TEST(ShardingPlan, MegatronDataParallelPart) {
   AcceleratorConfig c = load_config_file(data_dir() / "accelerate_megatron.yaml");
   ShardingPlan p = sharding_plan(c);
   EXPECT_EQ(p.options.stage, ZeroStage::k1);  // distributed optimizer
-  EXPECT_TRUE(p.activation_checkpointing);    // recompute_activations
+  EXPECT_TRUE(p.options.activation_checkpointing);    // recompute_activations
   EXPECT_EQ(p.gradient_clipping, 1.0);
   c.megatron_lm_plugin->use_distributed_optimizer = false;
   c.megatron_lm_plugin->gradient_clipping = 0;

@@ -76,6 +76,27 @@ TEST(ShardedModel, StageThreeHoldsOnlyShardsBetweenPassesAndGathersForAPass) {
   }
 }
 
+// ShardingOptions::activation_checkpointing: every unit's layer but the root recomputes its
+// forward; the gradients keep their bits.
+TEST(ShardedModel, ActivationCheckpointingOptionRecomputesEveryWrappedBlock) {
+  const Tensor ids = Tensor::from_vector({1, 2, 3, 4, 5, 6}, {1, 6}, DType::kI64);
+  std::vector<std::vector<double>> grads[2];
+  for (bool on : {false, true}) {
+    auto gpt = tiny_gpt();
+    ShardingOptions o{.stage = ZeroStage::k3, .wrap = kBlocks};
+    o.activation_checkpointing = on;
+    ShardedModel sm(gpt, one_rank_group(), o);
+    for (const Unit& u : sm.units()) {
+      EXPECT_EQ(u.layer->checkpointing(), on && u.layer != gpt.get()) << u.name;
+    }
+    Tensor logits = sm.forward(ids);
+    sm.backward(Tensor::ones(logits.shape()));
+    sm.finish_gradients(1.0);
+    for (auto& p : sm.optimizer_parameters()) grads[on].push_back(p.grad().to_vector());
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
 TEST(ShardedModel, StagesZeroToTwoKeepFullParametersAndLoadFullStateDicts) {
   for (ZeroStage stage : {ZeroStage::k0, ZeroStage::k1, ZeroStage::k2}) {
     auto gpt = tiny_gpt();

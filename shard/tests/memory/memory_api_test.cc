@@ -131,6 +131,24 @@ TEST(EstimateMemory, FollowsTheWorkloadAndTheWorld) {
   EXPECT_LT(peak(ZeroStage::k3, 4, 32), peak(ZeroStage::k0, 4, 32));
 }
 
+// Activation checkpointing as a sharding option (every wrapped block) measures what the
+// families' own config flag does, and less than without it.
+TEST(EstimateMemory, ActivationCheckpointingIsAShardingOption) {
+  for (Family f : {Family::kGpt, Family::kLlama}) {
+    memory_test::Case c = memory_test::make_case("", ZeroStage::k3, f);
+    c.sharding.overlap = false;
+    const MemoryWorkload w{.batch = 2, .seq = 48};
+    const int64_t plain = estimate_memory(c.factory(), c.sharding, 2, w).peak_bytes;
+    ShardingOptions ac = c.sharding;
+    ac.activation_checkpointing = true;
+    const int64_t by_option = estimate_memory(c.factory(), ac, 2, w).peak_bytes;
+    c.set_checkpointing(true);
+    const int64_t by_config = estimate_memory(c.factory(), c.sharding, 2, w).peak_bytes;
+    EXPECT_EQ(by_option, by_config);
+    EXPECT_LT(by_option, plain);
+  }
+}
+
 // A model built on meta without param_init is a measurement: refused on a real group, with the
 // way out named.
 TEST(EstimateMemory, MetaParametersNeedAMetaGroup) {

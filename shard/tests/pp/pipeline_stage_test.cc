@@ -280,7 +280,7 @@ TEST(PipelineOneRank, ReturnsTheMeanLossAndRecordsItsActions) {
 TEST(PipelineOneRank, ActivationCheckpointingRecomputesEveryBlockWithTheSameBits) {
   const auto run = [](bool checkpointing) {
     PipelineOptions o{.schedule = PipelineSchedule::k1F1B, .num_micro_batches = 2};
-    o.activation_checkpointing = checkpointing;
+    o.sharding.activation_checkpointing = checkpointing;
     CausalLMPipeline pipe(nn::make_meta<nn::GPT>(config()), solo(), o);
     pipe.init_weights(Generator(42));
     int64_t blocks = 0;

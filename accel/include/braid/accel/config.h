@@ -214,10 +214,9 @@ std::optional<std::filesystem::path> write_basic_config(
 
 // What a config asks of ShardedModel and its surroundings (docs/config.md, "Mapping").
 struct ShardingPlan {
+  // Activation checkpointing (FSDP activation_checkpointing, Megatron recompute_activations)
+  // is options.activation_checkpointing.
   shard::ShardingOptions options{};
-  // Turn on Layer::set_checkpointing for every unit's layer (FSDP activation_checkpointing,
-  // Megatron recompute_activations).
-  bool activation_checkpointing = false;
   // Build the model on the meta device (nn::InitEmptyWeights) and give options.param_init
   // (zero3_init_flag, cpu_ram_efficient_loading).
   bool init_on_meta = false;

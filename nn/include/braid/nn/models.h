@@ -18,16 +18,11 @@ namespace braid::nn {
 // transformers' model_type of each family: {"gpt2", "llama"}.
 std::vector<std::string> causal_lm_model_types();
 
-struct CausalLMBuildOptions {
-  bool activation_checkpointing = false;  // every block recomputes its forward in backward
-};
-
 // The model a config.json describes (its "model_type" chooses the family: GPT2LMHeadModel's
 // "gpt2", LlamaForCausalLM's "llama"), built with the caller's InitEmptyWeights state.
 // kInvalidArgument naming the model_type and the supported ones otherwise; the family's own
 // reader checks the fields.
-std::shared_ptr<CausalLM> causal_lm_from_hf_config(const std::string& json_text,
-                                                   const CausalLMBuildOptions& options = {});
+std::shared_ptr<CausalLM> causal_lm_from_hf_config(const std::string& json_text);
 
 // The config.json of a few published checkpoints, by their Hub name or a short alias, for use
 // without the files (no network): "gpt2" (also "openai-community/gpt2"), "gpt2-medium",

@@ -144,6 +144,11 @@ struct ShardingOptions {
   // the folder (with tensor parallelism, every rank of the dp x tp mesh: mesh.world()). Null:
   // the group given to ShardedModel; required with a tensor_parallel plan over several ranks.
   std::shared_ptr<ProcessGroup> checkpoint_group{};
+  // FSDP's activation_checkpointing (Megatron's recompute_activations): every unit's layer but
+  // the root's recomputes its forward in the backward instead of keeping its activations
+  // (Layer::set_checkpointing; the same bits). With a transformer-based wrap policy, every
+  // block. CausalLMPipeline applies it to every block of its stages (whose units are stages).
+  bool activation_checkpointing = false;
 };
 
 // Whether a ShardedModel with these options runs a communication thread: `overlap` when set,

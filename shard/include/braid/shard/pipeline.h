@@ -200,9 +200,8 @@ struct PipelineOptions {
   TensorParallelOptions tensor_parallel{};
   int64_t vocab_size = 0;  // the true vocabulary for the vocab-parallel loss (CausalLMPipeline:
                            // the model's)
-  // CausalLMPipeline: every block of every stage recomputes its forward in backward
-  // (Layer::set_checkpointing).
-  bool activation_checkpointing = false;
+  // Activation checkpointing is sharding.activation_checkpointing: CausalLMPipeline makes every
+  // block of every stage recompute its forward in backward (Layer::set_checkpointing).
 };
 
 // Busy and idle time of one rank in the last step (steady clock): total runs from entering
