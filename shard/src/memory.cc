@@ -74,7 +74,8 @@ MemoryEstimate estimate_memory(const ModelFactory& build, const ShardingOptions&
   BRAID_CHECK(options.tensor_parallel == nullptr, kInvalidArgument,
               "estimate_memory: a tensor-parallel plan cannot be measured here (its slices come "
               "from shard::parallelize over a real tp group); estimate the model its rank holds");
-  BRAID_CHECK(options.offload_param.device != nn::OffloadDevice::kNvme, kInvalidArgument,
+  const ShardingSpec spec = resolve(options, world_size);  // the options' own errors first
+  BRAID_CHECK(!spec.offload_param, kInvalidArgument,
               "estimate_memory: offload_param_device = nvme keeps the master shards in files, "
               "which a meta run cannot write; estimate without it (the shards then count as "
               "resident: an upper bound)");

@@ -156,6 +156,53 @@ struct ShardingOptions {
 // get_num_threads()).
 bool resolve_overlap(const ShardingOptions& options);
 
+// What a ShardingOptions means over `world_size` ranks, resolved and validated once
+// (shard::resolve): ShardedModel, estimate_memory and the Accelerator read this instead of
+// testing the ZeRO stage themselves. The data-parallel ranks form the 2-D mesh
+// (dp_replicate, dp_shard) of torch's HSDP, row-major as DeviceMesh lays it out: a unit's
+// state is split over the dp_shard ranks of a row and replicated down a column.
+struct ShardingSpec {
+  ZeroStage stage = ZeroStage::k3;
+  // Stages 1-3: each rank's optimizer steps its shard of every unit's f32 master.
+  bool shard_optimizer_state = false;
+  // Stages 1-3: each unit's gradient is folded into this rank's shard as the unit's backward
+  // ends, and only the shard's is kept (braid does this from stage 1 on, so stages 1 and 2
+  // hold the same memory: docs/sharding.md).
+  bool shard_gradients = false;
+  // Stage 3: a unit's full parameters exist only around its forward and backward.
+  bool shard_parameters = false;
+  // Stage 3 with reshard_after_forward (FULL_SHARD): freed after the forward, gathered again
+  // for the backward. false at stages 0-2.
+  bool reshard_after_forward = false;
+  // The mesh: dp_replicate x dp_shard = world. Stage 0 (DDP): (W, 1), everything replicated
+  // (its ordered reduction still folds each bucket over all W ranks); stages 1-3: (1, W), or
+  // (W / S, S) with HSDP's shard_group_size S.
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = 1;
+  // Note [Deterministic reduction]: the ordered fold, the same bits for every world size
+  // (false only for stage 0 and HSDP with deterministic = false).
+  bool ordered_reduction = true;
+  bool overlap = false;            // resolve_overlap: collectives on a communication thread
+  bool forward_prefetch = false;   // stage 3 with overlap and ShardingOptions::forward_prefetch
+  bool backward_prefetch = false;  // likewise, backward
+  bool offload_param = false;      // stage 3: master shards in files (offload_param = nvme)
+
+  int64_t world() const { return dp_replicate * dp_shard; }
+  bool hybrid() const { return shard_optimizer_state && dp_replicate > 1; }  // HSDP
+  // FSDP's ShardingStrategy: NO_SHARD (stage 0), SHARD_GRAD_OP (stages 1-2, and stage 3
+  // keeping the parameters from forward to backward), FULL_SHARD (stage 3), HYBRID_SHARD,
+  // _HYBRID_SHARD_ZERO2.
+  std::string_view strategy_name() const;
+  // One line, e.g. "ZeRO-3 (FULL_SHARD) over dp_replicate 1 x dp_shard 8, ordered reduction".
+  std::string str() const;
+};
+
+// Validates `options` for `world_size` ranks and resolves them. kInvalidArgument naming the
+// option and the expectation: world_size < 1, a shard_group_size that does not divide the world
+// or is given at stage 0, deterministic = false at stages 1-3 without HSDP, offload_param to
+// nvme below stage 3 or without a path, param_dtype or reduce_dtype other than f32 / bf16 / f16.
+ShardingSpec resolve(const ShardingOptions& options, int world_size);
+
 class ShardedCheckpoint;  // checkpoint.h
 struct Piece;             // checkpoint.h
 struct UnitState;         // fsdp_impl.h
