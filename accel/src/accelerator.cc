@@ -98,6 +98,8 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
   } else {
     dp_ = pg_;
   }
+  // The sharding options over the data-parallel ranks, validated once, before any model.
+  spec_ = shard::resolve(plan_.options, dp_->size());
   distributed_type_ = config_.distributed_type;
   if (distributed_type_ == DistributedType::kNo && pg_->size() > 1) {
     distributed_type_ = DistributedType::kMultiCpu;

@@ -54,6 +54,23 @@ TEST(Accelerator, OneProcessIsNoAndMainEverywhere) {
   EXPECT_EQ(acc.gradient_accumulation_steps(), 1);
 }
 
+// The plan's options resolved once over the data-parallel ranks (shard::resolve).
+TEST(Accelerator, ShardingSpecResolvesThePlan) {
+  EXPECT_EQ(Accelerator({}, one_rank()).sharding_spec().strategy_name(), "NO_SHARD");
+  AcceleratorConfig fsdp;
+  fsdp.distributed_type = DistributedType::kFsdp;
+  Accelerator acc(fsdp, one_rank());
+  const shard::ShardingSpec& s = acc.sharding_spec();
+  EXPECT_TRUE(s.shard_parameters);
+  EXPECT_EQ(s.strategy_name(), "FULL_SHARD");
+  EXPECT_EQ(s.world(), 1);
+  AcceleratorConfig zero2;
+  zero2.distributed_type = DistributedType::kDeepSpeed;
+  zero2.deepspeed_plugin = DeepSpeedPlugin{};
+  zero2.deepspeed_plugin->zero_stage = 2;
+  EXPECT_EQ(Accelerator(zero2, one_rank()).sharding_spec().stage, shard::ZeroStage::k2);
+}
+
 TEST(Accelerator, AccumulationWindowsEndEveryNStepsAndAtTheLoadersEnd) {
   AcceleratorConfig cfg;
   cfg.gradient_accumulation_steps = 3;

@@ -100,6 +100,9 @@ class Accelerator {
   // ---- state (AcceleratorState) ----
   const AcceleratorConfig& config() const { return config_; }
   const ShardingPlan& sharding_plan() const { return plan_; }
+  // plan's options resolved over the data-parallel ranks (shard::resolve): the ZeRO stage as
+  // what is sharded, the (dp_replicate, dp_shard) mesh, FSDP's strategy name.
+  const shard::ShardingSpec& sharding_spec() const { return spec_; }
   // The config's distributed_type; NO with several processes becomes MULTI_CPU (as
   // Accelerate infers from the launcher).
   DistributedType distributed_type() const { return distributed_type_; }
@@ -351,6 +354,7 @@ class Accelerator {
 
   AcceleratorConfig config_;
   ShardingPlan plan_;
+  shard::ShardingSpec spec_;
   GradientAccumulationPlugin accumulation_;
   DistributedType distributed_type_ = DistributedType::kNo;
   std::shared_ptr<ProcessGroup> pg_;
