@@ -118,7 +118,7 @@ void run(const EstimateOptions& o) {
       shard::ShardingOptions so;
       so.stage = shard::zero_stage_from_int(stage);
       so.wrap = wrap;
-      so.param_dtype = dt;  // FSDP MixedPrecision: 16-bit parameters, f32 masters
+      so.precision.param_dtype = dt;  // FSDP MixedPrecision: 16-bit parameters, f32 masters
       so.reshard_after_forward = !o.keep_after_forward;
       so.overlap = false;
       if (o.hsdp > 0 && stage > 0) so.shard_group_size = o.hsdp;

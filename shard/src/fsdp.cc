@@ -68,7 +68,7 @@ void ShardedModel::Impl::drain() {
 // Submits the unit's all_gather into a new flat buffer unless one is pending or done.
 void ShardedModel::Impl::issue_gather(UnitState& s) {
   if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
-  const DType dt = options.param_dtype;
+  const DType dt = s.dtypes.param;
   Tensor flat = Tensor::empty({s.unit->padded}, dt);
   Tensor shard = master_shard(s);
   if (param_store && !s.shard_param.defined()) param_store->release(shard_key(s));  // ours now
@@ -143,9 +143,9 @@ void ShardedModel::Impl::prefetch_shard_after(size_t unit, const std::vector<siz
   }
 }
 
-// Stages 1-2: the unit's full parameters from every rank's f32 shard, in param_dtype.
+// Stages 1-2: the unit's full parameters from every rank's f32 shard, in its param dtype.
 void ShardedModel::Impl::gather_into_flat(UnitState& s) {
-  const DType dt = options.param_dtype;
+  const DType dt = s.dtypes.param;
   comm->all_gather_into(s.flat, s.shard_param.dtype() == dt ? s.shard_param : s.shard_param.to(dt));
 }
 
@@ -166,7 +166,7 @@ void ShardedModel::Impl::drop_prefetches() {
 // alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
   if (s.unit->padded == 0) return;  // a root unit without parameters of its own
-  Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype);
+  Tensor g = Tensor::zeros({s.unit->padded}, s.dtypes.reduce);
   for (auto& up : s.unit->params) {
     Tensor& grad = up.param.grad();
     if (grad.defined()) {
@@ -250,11 +250,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   const int shard_world = impl_->comm->size(), shard_rank = impl_->comm->rank();
   units_ = make_units(*model_, options_.wrap, shard_world);
 
-  for (DType dt : {options_.param_dtype, options_.reduce_dtype}) {
-    BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
-                "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
-                dtype_name(dt));
-  }
+  check_sharding_precision(options_.precision);
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
@@ -294,6 +290,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     s.unit = &u;
     s.index = i;
     s.shard = u.shard(shard_rank, shard_world);
+    s.dtypes = unit_dtypes(u, options_.precision);
     // This rank's f32 shard: from the parameters, or from param_init for meta ones.
     s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32);
     for (auto& up : u.params) {
@@ -317,15 +314,16 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     s.shard = u.shard(shard_rank, shard_world);
     if (options_.stage == ZeroStage::k0) {
       for (auto& up : u.params) {
-        if (options_.param_dtype == DType::kF32) {
+        const DType dt = options_.precision.param_dtype_for(up.name);
+        if (dt == DType::kF32) {
           impl_->stage0_params.push_back(up.param);
           continue;
         }
-        // The optimizer steps an f32 master; the layers compute with the param_dtype copy.
+        // The optimizer steps an f32 master; the layers compute with the 16-bit copy.
         nn::Parameter master(up.param.data().clone());
         impl_->masters[up.param.id()] = master;
         impl_->stage0_params.push_back(master);
-        up.param.data() = up.param.data().to(options_.param_dtype);
+        up.param.data() = up.param.data().to(dt);
       }
       continue;  // stage 0's hooks sit on the parameters' layers (build_buckets)
     }
@@ -333,7 +331,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     if (options_.stage == ZeroStage::k3) {
       release_params(s);
     } else {
-      s.flat = Tensor::empty({u.padded}, options_.param_dtype);
+      s.flat = Tensor::empty({u.padded}, s.dtypes.param);
       impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
       point_params_at(s, s.flat);
     }

@@ -557,8 +557,8 @@ MemoryOptions MemoryOptions::from(const ShardingOptions& so, int world_size,
   MemoryOptions m;
   m.stage = so.stage;
   m.world_size = world_size;
-  m.param_dtype = so.param_dtype;
-  m.reduce_dtype = so.reduce_dtype;
+  m.param_dtype = so.precision.param_dtype;
+  m.reduce_dtype = so.precision.reduce_dtype;
   if (so.stage == ZeroStage::k0 && so.ddp.comm_hook != DDPCommunicationHookType::kNo) {
     m.reduce_dtype =
         so.ddp.comm_hook == DDPCommunicationHookType::kFp16 ? DType::kF16 : DType::kBF16;

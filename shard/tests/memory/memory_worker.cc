@@ -28,9 +28,9 @@ int run(int argc, char** argv) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
     if (a == "--param-dtype" && has_value) {
-      c.sharding.param_dtype = parse_dtype(argv[++i]);
+      c.sharding.precision.param_dtype = parse_dtype(argv[++i]);
     } else if (a == "--reduce-dtype" && has_value) {
-      c.sharding.reduce_dtype = parse_dtype(argv[++i]);
+      c.sharding.precision.reduce_dtype = parse_dtype(argv[++i]);
     } else if (a == "--keep-after-forward") {
       c.sharding.reshard_after_forward = false;
     } else if (a == "--overlap") {
