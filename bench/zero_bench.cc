@@ -128,7 +128,7 @@ amp::AutocastScope autocast(const std::string& dtype) {
   return dtype == "fp32" ? amp::AutocastScope::noop() : amp::AutocastScope(DType::kBF16);
 }
 shard::ShardingOptions with_dtype(shard::ShardingOptions so, const std::string& dtype) {
-  if (dtype == "bf16p") so.param_dtype = DType::kBF16;
+  if (dtype == "bf16p") so.precision.param_dtype = DType::kBF16;
   return so;
 }
 

@@ -120,10 +120,11 @@ Accelerator::Accelerator(AcceleratorConfig config, std::shared_ptr<ProcessGroup>
   }
   iteration_ = config_.project_config.iteration;
   if (config_.seed.has_value()) set_seed(*config_.seed);
-  if (config_.mixed_precision == amp::PrecisionType::kFp16) {
-    scaler_ = std::make_unique<amp::GradScaler>(config_.grad_scaler_kwargs, pg_);
+  if (precision().needs_grad_scaler()) {
+    scaler_ = std::make_unique<amp::GradScaler>(
+        amp::GradScaler::for_policy(precision(), config_.grad_scaler_kwargs, pg_));
   }
-  if (config_.mixed_precision == amp::PrecisionType::kFp8) {
+  if (precision().type == amp::PrecisionType::kFp8) {
     fp8_ = std::make_unique<amp::Fp8Training>(fp8_training_options(config_));
   }
 }
@@ -178,10 +179,36 @@ Tensor CrossEntropy::backward(const Tensor& grad_loss) {
 void Accelerator::prepare_optimizer(nn::Optimizer& optimizer) {
   BRAID_CHECK(optimizer_ == nullptr || optimizer_ == &optimizer, kInvalidArgument,
               "Accelerator::prepare_optimizer: one optimizer per Accelerator");
+  check_optimizer_precision(optimizer);
   if (plan_.offload_optimizer.device != nn::OffloadDevice::kNone) {
     optimizer.set_offload(plan_.offload_optimizer);
   }
   optimizer_ = &optimizer;
+}
+
+// The policy's master_dtype and state_dtype against what the optimizer keeps: braid's
+// optimizers keep f32 state and, with MasterWeights::kAuto, an f32 master for every parameter
+// stored narrower (prepared models hand them f32 masters or shards already).
+void Accelerator::check_optimizer_precision(const nn::Optimizer& optimizer) const {
+  const amp::PrecisionPolicy& p = precision();
+  BRAID_CHECK(p.master_dtype == DType::kF32 && p.state_dtype == DType::kF32, kNotSupported,
+              "Accelerator::prepare_optimizer: the precision policy asks for master_dtype ",
+              dtype_name(p.master_dtype), " and state_dtype ", dtype_name(p.state_dtype),
+              "; braid's optimizers keep both in f32");
+  if (optimizer.master_weights() != nn::MasterWeights::kNone) return;
+  size_t i = 0;
+  for (const nn::ParamGroup& g : optimizer.param_groups()) {
+    for (const nn::Parameter& param : g.params) {
+      const DType d = param.data().dtype();
+      const bool narrower = is_floating(d) && dtype_size(d) < dtype_size(p.master_dtype);
+      BRAID_CHECK(!param.data().defined() || !narrower, kInvalidArgument,
+                  "Accelerator::prepare_optimizer: parameter ", i, " is ", dtype_name(d),
+                  " and the precision policy keeps ", dtype_name(p.master_dtype),
+                  " masters, but the optimizer was built with MasterWeights::kNone; build it "
+                  "with MasterWeights::kAuto");
+      ++i;
+    }
+  }
 }
 
 void Accelerator::prepare_scheduler(nn::LRScheduler& scheduler) {
@@ -198,16 +225,7 @@ nn::DataLoader Accelerator::prepare_data_loader(const nn::DataLoader& loader) {
 // ---- a training step ---------------------------------------------------------------------
 
 amp::AutocastScope Accelerator::autocast() const {
-  switch (config_.mixed_precision) {
-    case amp::PrecisionType::kBf16:
-      return amp::AutocastScope(DType::kBF16, config_.autocast_kwargs);
-    case amp::PrecisionType::kFp16:
-      return amp::AutocastScope(DType::kF16, config_.autocast_kwargs);
-    case amp::PrecisionType::kFp8:
-      return amp::AutocastScope(DType::kBF16, config_.autocast_kwargs, fp8_.get());
-    default:
-      return amp::AutocastScope::noop();
-  }
+  return precision().autocast(config_.autocast_kwargs, fp8_.get());
 }
 
 Accelerator::AccumulateScope Accelerator::accumulate(const nn::DataLoader* loader) {
@@ -635,9 +653,10 @@ bool Accelerator::writes_files() const {
 NamedTensors Accelerator::saved_dtype(NamedTensors state) const {
   if (!plan_.save_16bit_model) return state;
   // zero3_save_16bit_model: the weights in the 16-bit dtype the model computes in (bf16 or
-  // f16 under mixed precision; f32 without), as DeepSpeed's consolidated 16-bit state dict.
-  const DType dtype = amp::PrecisionPolicy::from(config_.mixed_precision).param_dtype;
+  // f16 under mixed precision; f32 without, and for keep_in_fp32_modules), as DeepSpeed's
+  // consolidated 16-bit state dict.
   for (auto& [name, t] : state) {
+    const DType dtype = precision().param_dtype_for(name);
     if (is_floating(t.dtype()) && t.dtype() != dtype) t = t.to(dtype);
   }
   return state;

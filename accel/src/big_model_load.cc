@@ -296,6 +296,11 @@ LoadCheckpointResult load_checkpoint_in_model(nn::Module& model, const fs::path&
 
   std::optional<TempFolder> staging;  // offload_state_dict: the CPU tensors wait here
   OffloadIndex staged;
+  // `dtype` with keep_in_fp32_modules as a precision policy: its param_dtype_for keeps a module
+  // f32 under a narrower dtype (the one rule sharding and the Accelerator use).
+  amp::PrecisionPolicy policy;
+  if (options.dtype) policy.param_dtype = *options.dtype;
+  policy.keep_in_fp32_modules = options.keep_in_fp32_modules;
   for_each_tensor(src, [&](const std::string& name, const Tensor& value, bool owned_already) {
     auto it = model_tensors.find(name);
     if (it == model_tensors.end()) return;
@@ -310,10 +315,7 @@ LoadCheckpointResult load_checkpoint_in_model(nn::Module& model, const fs::path&
     // The dtype the tensor will have in the model.
     DType target = current.dtype();
     if (options.dtype && is_floating(value.dtype())) {
-      target = *options.dtype;
-      if (dtype_size(target) < 4 && amp::keep_in_fp32(name, options.keep_in_fp32_modules)) {
-        target = DType::kF32;
-      }
+      target = policy.param_dtype_for(name);
     } else if (options.dtype) {
       target = value.dtype();  // integer tensors keep the checkpoint's dtype, as set_module does
     }

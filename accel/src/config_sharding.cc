@@ -19,24 +19,6 @@ std::string name_of(DistributedType t) {
   return std::string(distributed_type_name(t));
 }
 
-// FSDP's MixedPrecision for the config: the plugin's policy, else the one Accelerate's
-// set_mixed_precision builds from mixed_precision (16-bit parameters and reductions).
-FsdpMixedPrecisionPolicy policy_for(
-    const AcceleratorConfig& c, const std::optional<FsdpMixedPrecisionPolicy>& explicit_policy) {
-  if (explicit_policy) return *explicit_policy;
-  amp::PrecisionPolicy p = amp::PrecisionPolicy::from(c.mixed_precision);
-  return {p.param_dtype, p.reduce_dtype, p.buffer_dtype};
-}
-
-void set_dtypes(ShardingPlan& plan, const FsdpMixedPrecisionPolicy& p, bool warn_buffers) {
-  plan.options.param_dtype = p.param_dtype;
-  plan.options.reduce_dtype = p.reduce_dtype;
-  BRAID_CHECK(!warn_buffers || p.buffer_dtype == DType::kF32, kNotSupported,
-              "fsdp_config.fsdp_mixed_precision_policy buffer_dtype ", dtype_name(p.buffer_dtype),
-              ": braid keeps buffers in the dtype the model gives them (no buffer cast); "
-              "expected fp32");
-}
-
 // The shard group of HSDP: fsdp_hsdp_shard_size, else parallelism_config's dp_shard_size when
 // it replicates, else (hybrid strategies) the processes of one machine.
 int64_t hsdp_shard_size(const AcceleratorConfig& c, const FullyShardedDataParallelPlugin& f,
@@ -103,7 +85,6 @@ void map_fsdp(const AcceleratorConfig& c, ShardingPlan& plan) {
     }
   }
   if (o.stage != ZeroStage::k0) o.shard_group_size = hsdp_shard_size(c, f, hybrid);
-  set_dtypes(plan, policy_for(c, f.mixed_precision_policy), f.mixed_precision_policy.has_value());
 
   o.wrap.kind = f.auto_wrap_policy;
   o.wrap.transformer_cls_names_to_wrap = f.transformer_cls_names_to_wrap;
@@ -170,7 +151,6 @@ void map_deepspeed(const AcceleratorConfig& c, ShardingPlan& plan) {
   o.reshard_after_forward = true;  // ZeRO-3 releases a module's parameters after its forward
   // save_state: the engine's own (sharded) checkpoint, as DeepSpeed's save_checkpoint.
   plan.state_dict_type = FsdpStateDictType::kShardedStateDict;
-  set_dtypes(plan, policy_for(c, std::nullopt), false);
   check_nvme(d.offload_optimizer_device, d.offload_optimizer_nvme_path, "offload_optimizer_device",
              "offload_optimizer_nvme_path");
   check_nvme(d.offload_param_device, d.offload_param_nvme_path, "offload_param_device",
@@ -219,7 +199,6 @@ void map_deepspeed(const AcceleratorConfig& c, ShardingPlan& plan) {
 void map_megatron(const AcceleratorConfig& c, ShardingPlan& plan) {
   const MegatronLMPlugin m = c.megatron_lm_plugin.value_or(MegatronLMPlugin{});
   plan.options.stage = m.use_distributed_optimizer ? ZeroStage::k1 : ZeroStage::k0;
-  set_dtypes(plan, policy_for(c, std::nullopt), false);
   plan.options.activation_checkpointing = m.recompute_activations;
   plan.state_dict_type = FsdpStateDictType::kShardedStateDict;  // Megatron's own checkpoints
   if (m.gradient_clipping > 0) plan.gradient_clipping = m.gradient_clipping;
@@ -275,9 +254,40 @@ void map_model_parallel(const AcceleratorConfig& c, ShardingPlan& plan) {
 
 }  // namespace
 
+amp::PrecisionPolicy precision_policy(const AcceleratorConfig& c) {
+  amp::PrecisionPolicy p = amp::PrecisionPolicy::from(c.mixed_precision);
+  switch (c.distributed_type) {
+    case DistributedType::kFsdp:
+      // The plugin's explicit MixedPrecision replaces the one Accelerate's set_mixed_precision
+      // builds from mixed_precision (16-bit parameters, reductions and buffers).
+      if (c.fsdp_plugin && c.fsdp_plugin->mixed_precision_policy) {
+        const FsdpMixedPrecisionPolicy& e = *c.fsdp_plugin->mixed_precision_policy;
+        BRAID_CHECK(e.buffer_dtype == DType::kF32, kNotSupported,
+                    "fsdp_config.fsdp_mixed_precision_policy buffer_dtype ",
+                    dtype_name(e.buffer_dtype),
+                    ": braid keeps buffers in the dtype the model gives them (no buffer cast); "
+                    "expected fp32");
+        p.param_dtype = e.param_dtype;
+        p.reduce_dtype = e.reduce_dtype;
+        p.buffer_dtype = e.buffer_dtype;
+      }
+      break;
+    case DistributedType::kDeepSpeed:
+    case DistributedType::kMegatronLm:
+      break;  // 16-bit parameters and reductions with f32 masters, as their engines
+    default:
+      // NO / MULTI_*: DDP. Mixed precision is autocast over f32 parameters, as Accelerate.
+      p.param_dtype = p.reduce_dtype = p.buffer_dtype = DType::kF32;
+      break;
+  }
+  p.keep_in_fp32_modules = c.keep_in_fp32_modules;
+  return p;
+}
+
 ShardingPlan sharding_plan(const AcceleratorConfig& config) {
   ShardingPlan plan;
   plan.options.ddp = config.ddp_kwargs;
+  plan.options.precision = precision_policy(config);
   const DistributedType t = config.distributed_type;
   auto ignored = [&](bool present, DistributedType owner, const char* section) {
     if (present && t != owner) {

@@ -128,9 +128,17 @@ Tensor autocast_cast(const Tensor& x, OpCategory category) {
 
 AutocastScope get_mixed_precision_context_manager(bool native_amp, PrecisionType precision,
                                                   AutocastKwargs kwargs) {
-  if (!native_amp || precision == PrecisionType::kNo) return AutocastScope::noop();
-  const DType low = precision == PrecisionType::kFp16 ? DType::kF16 : DType::kBF16;
-  return AutocastScope(low, kwargs);
+  if (!native_amp) return AutocastScope::noop();
+  return PrecisionPolicy::from(precision).autocast(kwargs);
+}
+
+AutocastScope PrecisionPolicy::autocast() const {
+  return autocast(AutocastKwargs{});
+}
+
+AutocastScope PrecisionPolicy::autocast(const AutocastKwargs& kwargs, Fp8Training* fp8) const {
+  if (compute_dtype != DType::kF16 && compute_dtype != DType::kBF16) return AutocastScope::noop();
+  return AutocastScope(compute_dtype, kwargs, type == PrecisionType::kFp8 ? fp8 : nullptr);
 }
 
 std::function<Tree(const Tree&)> convert_outputs_to_fp32(std::function<Tree(const Tree&)> forward) {

@@ -52,7 +52,12 @@ GradScaler::GradScaler(GradScalerKwargs kwargs, std::shared_ptr<ProcessGroup> gr
 
 GradScaler GradScaler::for_precision(PrecisionType precision, GradScalerKwargs kwargs,
                                      std::shared_ptr<ProcessGroup> group) {
-  if (precision != PrecisionType::kFp16) kwargs.enabled = false;
+  return for_policy(PrecisionPolicy::from(precision), kwargs, std::move(group));
+}
+
+GradScaler GradScaler::for_policy(const PrecisionPolicy& policy, GradScalerKwargs kwargs,
+                                  std::shared_ptr<ProcessGroup> group) {
+  if (!policy.needs_grad_scaler()) kwargs.enabled = false;
   return GradScaler(kwargs, std::move(group));
 }
 

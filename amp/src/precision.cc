@@ -56,8 +56,13 @@ bool keep_in_fp32(std::string_view name, const std::vector<std::string>& modules
   return false;
 }
 
+bool PrecisionPolicy::keeps_in_fp32(std::string_view name) const {
+  return dtype_size(param_dtype) < dtype_size(DType::kF32) &&
+         keep_in_fp32(name, keep_in_fp32_modules);
+}
+
 DType PrecisionPolicy::param_dtype_for(std::string_view name) const {
-  return keep_in_fp32(name, keep_in_fp32_modules) ? DType::kF32 : param_dtype;
+  return keeps_in_fp32(name) ? DType::kF32 : param_dtype;
 }
 
 }  // namespace braid::amp

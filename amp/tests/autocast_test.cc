@@ -141,6 +141,35 @@ TEST(Autocast, MixedPrecisionContextManagerFollowsTheSeed) {
   EXPECT_FALSE(autocast_enabled());
 }
 
+// PrecisionPolicy::autocast follows compute_dtype: the param dtype does not matter (DDP keeps
+// f32 parameters under bf16 autocast), and an f32 compute dtype gives a scope that changes
+// nothing.
+TEST(Autocast, PolicyAutocastFollowsTheComputeDtype) {
+  {
+    PrecisionPolicy p = PrecisionPolicy::from(PrecisionType::kBf16);
+    p.param_dtype = DType::kF32;
+    auto s = p.autocast();
+    EXPECT_TRUE(autocast_enabled());
+    EXPECT_EQ(autocast_low_dtype(), DType::kBF16);
+  }
+  {
+    auto s = PrecisionPolicy::from(PrecisionType::kFp16).autocast({.cache_enabled = false});
+    EXPECT_EQ(autocast_low_dtype(), DType::kF16);
+  }
+  {
+    PrecisionPolicy p = PrecisionPolicy::from(PrecisionType::kNo);
+    p.param_dtype = DType::kBF16;  // stored narrower, computed as stored: no autocast
+    auto s = p.autocast();
+    EXPECT_FALSE(autocast_enabled());
+  }
+  {
+    auto s = PrecisionPolicy::from(PrecisionType::kBf16)
+                 .autocast({.enabled = false, .cache_enabled = {}});
+    EXPECT_FALSE(autocast_enabled());
+  }
+  EXPECT_FALSE(autocast_enabled());
+}
+
 TEST(Autocast, ConvertOutputsToFp32ConvertsEveryLowPrecisionLeaf) {
   auto fwd = [](const Tree& in) {
     return Tree::map({{"logits", in.tensor().to(DType::kBF16)},

@@ -134,6 +134,22 @@ TEST(GradScaler, DisabledScalerAndBf16AreNoOps) {
   EXPECT_TRUE(GradScaler::for_precision(PrecisionType::kFp16).is_enabled());
 }
 
+// for_policy: enabled exactly when the policy needs loss scaling (fp16), whatever its dtypes
+// say otherwise; kwargs.enabled = false still turns it off.
+TEST(GradScaler, ForPolicyIsEnabledExactlyWhenThePolicyNeedsIt) {
+  for (auto t :
+       {PrecisionType::kNo, PrecisionType::kFp16, PrecisionType::kBf16, PrecisionType::kFp8}) {
+    PrecisionPolicy p = PrecisionPolicy::from(t);
+    EXPECT_EQ(GradScaler::for_policy(p).is_enabled(), t == PrecisionType::kFp16)
+        << precision_type_name(t);
+  }
+  PrecisionPolicy fp16_f32_params = PrecisionPolicy::from(PrecisionType::kFp16);
+  fp16_f32_params.param_dtype = fp16_f32_params.reduce_dtype = DType::kF32;  // DDP's
+  EXPECT_TRUE(GradScaler::for_policy(fp16_f32_params, {.init_scale = 8}).is_enabled());
+  EXPECT_EQ(GradScaler::for_policy(fp16_f32_params, {.init_scale = 8}).get_scale(), 8.0);
+  EXPECT_FALSE(GradScaler::for_policy(fp16_f32_params, {.enabled = false}).is_enabled());
+}
+
 TEST(GradScaler, ScaleReturnsF32) {
   GradScaler s({.init_scale = 1024});
   Tensor loss = Tensor::from_vector({0.75}, {}, DType::kF16);

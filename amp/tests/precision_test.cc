@@ -68,6 +68,31 @@ TEST(PrecisionPolicy, KeepInFp32MatchesWholeNameComponents) {
   EXPECT_EQ(p.param_dtype_for("transformer.h.0.attn.c_attn.weight"), DType::kBF16);
   EXPECT_EQ(p.param_dtype_for("wox.weight"), DType::kBF16);
   EXPECT_EQ(p.param_dtype_for("ln_f"), DType::kF32);
+  EXPECT_TRUE(p.keeps_in_fp32("lm_head.weight"));
+  EXPECT_FALSE(p.keeps_in_fp32("transformer.h.0.attn.c_attn.weight"));
+}
+
+// Keeping only ever widens a narrower param_dtype to f32 (transformers keeps modules in f32
+// under 16-bit dtypes only): f32 and f64 parameters are left as they are.
+TEST(PrecisionPolicy, KeepInFp32NeverNarrowsAWideParamDtype) {
+  auto p = PrecisionPolicy::from("no");
+  p.keep_in_fp32_modules = {"ln_f"};
+  EXPECT_FALSE(p.keeps_in_fp32("ln_f.weight"));
+  EXPECT_EQ(p.param_dtype_for("ln_f.weight"), DType::kF32);
+  p.param_dtype = DType::kF64;
+  EXPECT_EQ(p.param_dtype_for("ln_f.weight"), DType::kF64);
+  p.param_dtype = DType::kF16;
+  EXPECT_EQ(p.param_dtype_for("ln_f.weight"), DType::kF32);
+}
+
+TEST(PrecisionPolicy, ComparesEveryField) {
+  auto a = PrecisionPolicy::from("bf16"), b = a;
+  EXPECT_EQ(a, b);
+  b.keep_in_fp32_modules = {"ln_f"};
+  EXPECT_NE(a, b);
+  b = a;
+  b.reduce_dtype = DType::kF32;
+  EXPECT_NE(a, b);
 }
 
 // The one matcher (big-model loading uses it too; its own copy once kept

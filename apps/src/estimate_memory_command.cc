@@ -117,14 +117,14 @@ void run(const EstimateOptions& o) {
       shard::ShardingOptions so;
       so.stage = shard::zero_stage_from_int(stage);
       so.wrap = wrap;
-      so.param_dtype = dt;  // FSDP MixedPrecision: 16-bit parameters, f32 masters
+      so.precision.param_dtype = dt;  // FSDP MixedPrecision: 16-bit parameters, f32 masters
       so.reshard_after_forward = !o.keep_after_forward;
       so.activation_checkpointing = o.checkpointing;  // every block: the units' layers
       so.overlap = false;
       if (o.hsdp > 0 && stage > 0) so.shard_group_size = o.hsdp;
-      const shard::MemoryEstimate e = shard::estimate_memory(
-          [&] { return nn::causal_lm_from_hf_config(json); }, so, world,
-          {.batch = o.batch, .seq = seq, .autocast = dt}, opt);
+      const shard::MemoryEstimate e =
+          shard::estimate_memory([&] { return nn::causal_lm_from_hf_config(json); }, so, world,
+                                 {.batch = o.batch, .seq = seq, .autocast = dt}, opt);
       std::printf("%-9s %-5lld %12.1f %16.1f  %s\n", dtype_name.c_str(),
                   static_cast<long long>(stage), mib(e.peak_bytes), mib(e.between_steps),
                   e.peak_at.c_str());

@@ -23,10 +23,16 @@ class MetaBackend final : public Backend {
     caps_.point_to_point = true;
     caps_.runs_on_any_thread = true;  // run() finishes every call at once
   }
-  std::string_view name() const override { return kMetaBackendName; }
-  const BackendCapabilities& capabilities() const override { return caps_; }
+  std::string_view name() const override {
+    return kMetaBackendName;
+  }
+  const BackendCapabilities& capabilities() const override {
+    return caps_;
+  }
   // Meta tensors hold no data: every rank's contribution is a shape, checked by the front.
-  std::shared_ptr<Work> run(const CollectiveDesc&) override { return completed_work(); }
+  std::shared_ptr<Work> run(const CollectiveDesc&) override {
+    return completed_work();
+  }
 
  private:
   BackendCapabilities caps_;

@@ -18,7 +18,7 @@ int main() {
       .stage = shard::ZeroStage::k3,
       .wrap = {.kind = shard::WrapKind::kTransformerBased,
                .transformer_cls_names_to_wrap = {"LlamaDecoderLayer"}}};
-  sharding_options.param_dtype = sharding_options.reduce_dtype = DType::kBF16;
+  sharding_options.precision.param_dtype = sharding_options.precision.reduce_dtype = DType::kBF16;
   // [snippet]
   shard::MemoryEstimate e = shard::estimate_memory(
       [&] { return std::make_shared<nn::Llama>(config); },  // built on meta for you

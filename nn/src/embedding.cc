@@ -22,10 +22,11 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype, Generator
   BRAID_CHECK(detail::is_float_dtype(dtype), kInvalidArgument,
               "Embedding: parameter dtype must be floating, got ", dtype);
   register_parameter(
-      "weight", Parameter(empty_weights_active()
-                              ? Tensor::empty({num_embeddings, dim}, dtype, kMeta)  // no draw
-                              : Tensor::randn({num_embeddings, dim}, detail::f32_or_f64(dtype), gen)
-                                    .to(dtype)));
+      "weight",
+      Parameter(
+          empty_weights_active()
+              ? Tensor::empty({num_embeddings, dim}, dtype, kMeta)  // no draw
+              : Tensor::randn({num_embeddings, dim}, detail::f32_or_f64(dtype), gen).to(dtype)));
 }
 
 Tensor Embedding::forward_impl(const Tensor& ids) {

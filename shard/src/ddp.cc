@@ -6,7 +6,7 @@
 // submits the same collective sequence. The root's post_backward launches whatever is left
 // (parameters whose owner is not a Layer, or that got no gradient).
 //
-// A launched bucket is packed flat in reduce_dtype on the calling thread, then on the
+// A launched bucket is packed flat in precision.reduce_dtype on the calling thread, then on the
 // communication thread either
 //   deterministic: all_to_all, and the W contributions to this rank's part folded in rank
 //                  order (Note [Deterministic reduction]); finish_gradients all_gathers the
@@ -37,13 +37,14 @@ void ShardedModel::Impl::build_buckets(nn::Layer& root, std::vector<Unit>& units
   BRAID_CHECK(o.ddp.bucket_cap_mb > 0, kInvalidArgument,
               "DistributedDataParallelKwargs::bucket_cap_mb must be > 0, got ",
               o.ddp.bucket_cap_mb);
-  stage0_reduce_dtype = o.reduce_dtype;
+  const DType reduce_dtype = o.precision.reduce_dtype;
+  stage0_reduce_dtype = reduce_dtype;
   if (o.ddp.comm_hook != DDPCommunicationHookType::kNo) {
     const DType hook =
         o.ddp.comm_hook == DDPCommunicationHookType::kFp16 ? DType::kF16 : DType::kBF16;
-    BRAID_CHECK(o.reduce_dtype == DType::kF32 || o.reduce_dtype == hook, kInvalidArgument,
+    BRAID_CHECK(reduce_dtype == DType::kF32 || reduce_dtype == hook, kInvalidArgument,
                 "ShardedModel: DistributedDataParallelKwargs::comm_hook asks for ",
-                dtype_name(hook), " but reduce_dtype is ", dtype_name(o.reduce_dtype),
+                dtype_name(hook), " but precision.reduce_dtype is ", dtype_name(reduce_dtype),
                 "; give one of them");
     stage0_reduce_dtype = hook;
   }
@@ -190,7 +191,7 @@ void ShardedModel::Impl::reduce_bucket(Bucket& b) {
   }
   auto group = comm;
   Bucket* bucket = &b;
-  const bool ordered = options.deterministic;
+  const bool ordered = spec.ordered_reduction;
   submit(std::string(ordered ? "all_to_all" : "all_reduce") + " of DDP bucket",
          [group, g, bucket, ordered]() mutable {
            if (ordered) {
@@ -218,7 +219,7 @@ void ShardedModel::Impl::ddp_finish(double scale) {
     Tensor g = braid::scale(b.acc.dtype() == DType::kF32 ? b.acc : b.acc.to(DType::kF32), scale);
     b.acc = Tensor();
     Tensor full = g;
-    if (options.deterministic) {
+    if (spec.ordered_reduction) {
       full = Tensor::empty({b.padded}, DType::kF32, device);
       comm->all_gather_into(full, g);
     }

@@ -67,8 +67,8 @@ void ShardedModel::Impl::drain() {
 
 // Submits the unit's all_gather into a new flat buffer unless one is pending or done.
 void ShardedModel::Impl::issue_gather(UnitState& s) {
-  if (options.stage != ZeroStage::k3 || s.gathered || s.pending_flat.defined()) return;
-  const DType dt = options.param_dtype;
+  if (!spec.shard_parameters || s.gathered || s.pending_flat.defined()) return;
+  const DType dt = s.dtypes.param;
   Tensor flat = Tensor::empty({s.unit->padded}, dt, device);
   Tensor shard = master_shard(s);
   if (param_store && !s.shard_param.defined()) param_store->release(shard_key(s));  // ours now
@@ -85,7 +85,7 @@ void ShardedModel::Impl::issue_gather(UnitState& s) {
 // backward (activation checkpointing recomputes it), and the backward's release must still
 // free it, or the next step would see parameters from before the optimizer step.
 void ShardedModel::Impl::gather(UnitState& s) {
-  if (options.stage != ZeroStage::k3 || s.gathered) return;
+  if (!spec.shard_parameters || s.gathered) return;
   issue_gather(s);
   wait(s.gather_op);
   s.gather_op = nullptr;
@@ -95,7 +95,7 @@ void ShardedModel::Impl::gather(UnitState& s) {
 }
 
 void ShardedModel::Impl::release(UnitState& s) {
-  if (options.stage != ZeroStage::k3 || !s.gathered) return;
+  if (!spec.shard_parameters || !s.gathered) return;
   s.gathered = false;
   release_params(s);
 }
@@ -143,9 +143,9 @@ void ShardedModel::Impl::prefetch_shard_after(size_t unit, const std::vector<siz
   }
 }
 
-// Stages 1-2: the unit's full parameters from every rank's f32 shard, in param_dtype.
+// Stages 1-2: the unit's full parameters from every rank's f32 shard, in its param dtype.
 void ShardedModel::Impl::gather_into_flat(UnitState& s) {
-  const DType dt = options.param_dtype;
+  const DType dt = s.dtypes.param;
   comm->all_gather_into(s.flat, s.shard_param.dtype() == dt ? s.shard_param : s.shard_param.to(dt));
 }
 
@@ -166,7 +166,7 @@ void ShardedModel::Impl::drop_prefetches() {
 // alone touches s.acc until drain().
 void ShardedModel::Impl::reduce(UnitState& s) {
   if (s.unit->padded == 0) return;  // a root unit without parameters of its own
-  Tensor g = Tensor::zeros({s.unit->padded}, options.reduce_dtype, device);
+  Tensor g = Tensor::zeros({s.unit->padded}, s.dtypes.reduce, device);
   for (auto& up : s.unit->params) {
     Tensor& grad = up.param.grad();
     if (grad.defined()) {
@@ -177,7 +177,7 @@ void ShardedModel::Impl::reduce(UnitState& s) {
   auto group = comm;
   // HSDP, ordered: every replica's S blocks for this shard, gathered, are the W contributions
   // in world rank order (replica-major: rank = replica * S + shard index), folded in order.
-  auto across = options.deterministic ? replicas : nullptr;
+  auto across = spec.ordered_reduction ? replicas : nullptr;
   UnitState* state = &s;
   submit("all_to_all of unit '" + s.unit->name + "'", [group, across, g, state]() mutable {
     Tensor blocks = Tensor::empty({state->unit->padded}, g.dtype(), g.device());
@@ -221,33 +221,19 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   impl_->pg = std::move(pg);
   impl_->options = options_;
   const int world = impl_->pg->size(), rank = impl_->pg->rank();
+  spec_ = resolve(options_, world);  // every check of the options, and what they mean
+  impl_->spec = spec_;
   std::vector<int> all(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) all[static_cast<size_t>(r)] = r;
   impl_->all = impl_->pg->new_group(all);
   impl_->comm = impl_->all;
-  const int64_t shard_size = options_.shard_group_size == 0 ? world : options_.shard_group_size;
-  BRAID_CHECK(shard_size >= 1 && world % shard_size == 0, kInvalidArgument,
-              "ShardedModel: shard_group_size must divide the world size ", world, ", got ",
-              options_.shard_group_size);
-  BRAID_CHECK(shard_size == world || options_.stage != ZeroStage::k0, kInvalidArgument,
-              "ShardedModel: shard_group_size (HSDP) needs stage 1-3; stage 0 replicates "
-              "everything on every rank");
-  BRAID_CHECK(options_.deterministic || options_.stage == ZeroStage::k0 || shard_size < world,
-              kInvalidArgument,
-              "ShardedModel: deterministic = false applies to stage 0 and to HSDP "
-              "(shard_group_size) only; stages 1-3 otherwise always use the ordered reduction");
-  if (shard_size < world) {
-    // HSDP: a (dp_replicate, dp_shard) mesh over the group, as torch's HSDP device mesh; rank
+  if (spec_.hybrid()) {
+    // HSDP: the (dp_replicate, dp_shard) mesh over the group, as torch's HSDP device mesh; rank
     // g S + i shards with the ranks of its row g and replicates with those of its column i.
-    DeviceMesh mesh(impl_->pg, {world / shard_size, shard_size}, {"dp_replicate", "dp_shard"});
+    DeviceMesh mesh(impl_->pg, {spec_.dp_replicate, spec_.dp_shard}, {"dp_replicate", "dp_shard"});
     impl_->comm = mesh.group("dp_shard");
     impl_->replicas = mesh.group("dp_replicate");
   }
-  BRAID_CHECK(
-      options_.offload_param.device != nn::OffloadDevice::kNvme || options_.stage == ZeroStage::k3,
-      kInvalidArgument,
-      "ShardedModel: offload_param_device = nvme applies to ZeRO stage 3 only (as in "
-      "DeepSpeed); use the optimizer's offload (offload_optimizer_device) at stages 1-2");
   const int shard_world = impl_->comm->size(), shard_rank = impl_->comm->rank();
   units_ = make_units(*model_, options_.wrap, shard_world);
   if (options_.activation_checkpointing) {
@@ -256,11 +242,6 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     }
   }
 
-  for (DType dt : {options_.param_dtype, options_.reduce_dtype}) {
-    BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
-                "ShardedModel: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
-                dtype_name(dt));
-  }
   // A measurement run (estimate_memory, docs/memory.md): every parameter on meta, no param_init
   // to fill them, over a group of the meta backend. The whole step then runs on meta, each
   // buffer allocated as on cpu and counted by the meta allocator.
@@ -282,15 +263,15 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   for (auto& u : units_) {
     for (auto& up : u.params) {
       const Tensor& d = up.param.data();
-      BRAID_CHECK(d.defined() && d.dtype() == DType::kF32 &&
-                      (d.device() == kCPU ||
-                       (d.device().is_meta() && (options_.param_init || measuring))),
-                  kInvalidArgument, "ShardedModel: parameter '", up.name,
-                  "' must be a defined f32 CPU tensor, or on the meta device with "
-                  "ShardingOptions::param_init given; got ",
-                  d.defined() ? std::string(dtype_name(d.dtype())) + " on " + d.device().str()
-                              : std::string("undefined"));
-      BRAID_CHECK(up.param.requires_grad() || options_.stage == ZeroStage::k0, kInvalidArgument,
+      BRAID_CHECK(
+          d.defined() && d.dtype() == DType::kF32 &&
+              (d.device() == kCPU || (d.device().is_meta() && (options_.param_init || measuring))),
+          kInvalidArgument, "ShardedModel: parameter '", up.name,
+          "' must be a defined f32 CPU tensor, or on the meta device with "
+          "ShardingOptions::param_init given; got ",
+          d.defined() ? std::string(dtype_name(d.dtype())) + " on " + d.device().str()
+                      : std::string("undefined"));
+      BRAID_CHECK(up.param.requires_grad() || !spec_.shard_optimizer_state, kInvalidArgument,
                   "ShardedModel: parameter '", up.name,
                   "' does not require grad; frozen parameters inside a sharded unit are not "
                   "supported (put their module in WrapPolicy::ignored_modules)");
@@ -298,7 +279,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
         // Materialized below from param_init, the same values on every rank: no broadcast.
         // Stage 0 needs the whole parameter; stages 1-3 only this rank's shard (stage 3 never
         // holds the whole model). A measurement run keeps them on meta.
-        if (options_.stage == ZeroStage::k0 && !measuring) {
+        if (!spec_.shard_optimizer_state && !measuring) {
           Tensor t = Tensor::empty(up.shape, DType::kF32);
           options_.param_init(up.name, 0, up.numel, t.data<float>());
           up.param.data() = t;
@@ -313,12 +294,13 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   impl_->states.resize(units_.size());
   // Every shard first, then the parameters are repointed or released: param_init may look at
   // the whole model (shapes), which must still be intact.
-  for (size_t i = 0; i < units_.size() && options_.stage != ZeroStage::k0; ++i) {
+  for (size_t i = 0; i < units_.size() && spec_.shard_optimizer_state; ++i) {
     UnitState& s = impl_->states[i];
     Unit& u = units_[i];
     s.unit = &u;
     s.index = i;
     s.shard = u.shard(shard_rank, shard_world);
+    s.dtypes = unit_dtypes(u, options_.precision);
     // This rank's f32 shard: from the parameters, or from param_init for meta ones.
     s.shard_param = Tensor::zeros({s.shard.count}, DType::kF32, impl_->device);
     for (auto& up : u.params) {
@@ -341,25 +323,26 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     Unit& u = units_[i];
     s.unit = &u;
     s.shard = u.shard(shard_rank, shard_world);
-    if (options_.stage == ZeroStage::k0) {
+    if (!spec_.shard_optimizer_state) {
       for (auto& up : u.params) {
-        if (options_.param_dtype == DType::kF32) {
+        const DType dt = options_.precision.param_dtype_for(up.name);
+        if (dt == DType::kF32) {
           impl_->stage0_params.push_back(up.param);
           continue;
         }
-        // The optimizer steps an f32 master; the layers compute with the param_dtype copy.
+        // The optimizer steps an f32 master; the layers compute with the 16-bit copy.
         nn::Parameter master(up.param.data().clone());
         impl_->masters[up.param.id()] = master;
         impl_->stage0_params.push_back(master);
-        up.param.data() = up.param.data().to(options_.param_dtype);
+        up.param.data() = up.param.data().to(dt);
       }
       continue;  // stage 0's hooks sit on the parameters' layers (build_buckets)
     }
     s.opt_param = nn::Parameter(s.shard_param);
-    if (options_.stage == ZeroStage::k3) {
+    if (spec_.shard_parameters) {
       release_params(s);
     } else {
-      s.flat = Tensor::empty({u.padded}, options_.param_dtype, impl_->device);
+      s.flat = Tensor::empty({u.padded}, s.dtypes.param, impl_->device);
       impl_->gather_into_flat(s);  // stages 1-2: the whole unit from every rank's shard
       point_params_at(s, s.flat);
     }
@@ -369,7 +352,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     hooks.pre_forward = [impl, &s, index](nn::Module&) {
       if (!impl->orders_done && !impl->in_backward) impl->forward_order.push_back(index);
       impl->gather(s);
-      if (impl->options.forward_prefetch && !impl->in_backward) {
+      if (impl->spec.forward_prefetch && !impl->in_backward) {
         impl->prefetch_after(index, impl->forward_order);
       }
       if (!impl->in_backward && impl->orders_done) {
@@ -377,13 +360,13 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
       }
     };
     hooks.post_forward = [impl, &s](nn::Module&) {
-      if (impl->options.reshard_after_forward) impl->release(s);
+      if (impl->spec.reshard_after_forward) impl->release(s);
     };
     hooks.pre_backward = [impl, &s, index](nn::Module&) {
       impl->in_backward = true;
       if (!impl->orders_done) impl->backward_order.push_back(index);
       impl->gather(s);
-      if (impl->options.backward_prefetch) impl->prefetch_after(index, impl->backward_order);
+      if (impl->spec.backward_prefetch) impl->prefetch_after(index, impl->backward_order);
       if (impl->orders_done) impl->prefetch_shard_after(index, impl->backward_order);
     };
     hooks.post_backward = [impl, &s, index, root](nn::Module&) {
@@ -396,10 +379,8 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     };
     u.layer->set_hooks(std::move(hooks));
   }
-  if (options_.stage == ZeroStage::k0) impl_->build_buckets(*model_, units_);
-  if (options_.offload_param.device == nn::OffloadDevice::kNvme) {
-    BRAID_CHECK(!options_.offload_param.nvme_path.empty(), kInvalidArgument,
-                "ShardedModel: offload_param_device = nvme needs offload_param_nvme_path");
+  if (!spec_.shard_optimizer_state) impl_->build_buckets(*model_, units_);
+  if (spec_.offload_param) {
     SwapStoreOptions so;
     so.folder = options_.offload_param.nvme_path;
     so.tag = "params-rank" + std::to_string(impl_->pg->global_ranks()[static_cast<size_t>(rank)]);
@@ -408,7 +389,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     impl_->param_store = std::make_unique<SwapStore>(so);
     for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);
   }
-  if (resolve_overlap(options_)) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
+  if (spec_.overlap) impl_->queue = std::make_unique<CommQueue>(impl_->comm->timeout());
 }
 
 ShardedModel::~ShardedModel() {
@@ -448,7 +429,7 @@ bool ShardedModel::gradient_sync() const {
 
 void ShardedModel::finish_gradients(double scale) {
   impl_->drain();
-  if (options_.stage == ZeroStage::k0) {
+  if (!spec_.shard_optimizer_state) {
     impl_->ddp_finish(scale);
     return;
   }
@@ -460,7 +441,7 @@ void ShardedModel::finish_gradients(double scale) {
     BRAID_CHECK(s.acc.defined(), kInvalidArgument, "ShardedModel::finish_gradients: unit '",
                 s.unit->name, "' has no gradient: run at least one forward / backward first");
     // HSDP without the ordered reduction: each replica folded its own ranks; add the replicas.
-    if (!options_.deterministic && impl_->replicas) impl_->replicas->all_reduce(s.acc);
+    if (!spec_.ordered_reduction && impl_->replicas) impl_->replicas->all_reduce(s.acc);
     Tensor g = braid::scale(s.acc.dtype() == DType::kF32 ? s.acc : s.acc.to(DType::kF32), scale);
     s.acc = Tensor();
     s.opt_param.grad() = g;
@@ -473,7 +454,7 @@ void ShardedModel::finish_gradients(double scale) {
 }
 
 std::vector<nn::Parameter> ShardedModel::optimizer_parameters() const {
-  if (options_.stage == ZeroStage::k0) return impl_->stage0_params;
+  if (!spec_.shard_optimizer_state) return impl_->stage0_params;
   std::vector<nn::Parameter> out;
   for (auto& s : impl_->states) out.push_back(s.opt_param);
   return out;
@@ -486,7 +467,7 @@ void ShardedModel::after_step() {
   impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
   for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);  // offload_param: written back
-  if (options_.stage == ZeroStage::k0) {
+  if (!spec_.shard_optimizer_state) {
     for (auto& s : impl_->states) {
       for (auto& up : s.unit->params) {
         auto it = impl_->masters.find(up.param.id());
@@ -495,7 +476,7 @@ void ShardedModel::after_step() {
     }
     return;
   }
-  if (options_.stage != ZeroStage::k1 && options_.stage != ZeroStage::k2) return;
+  if (!spec_.shard_optimizer_state || spec_.shard_parameters) return;  // stages 1-2
   for (auto& s : impl_->states) impl_->gather_into_flat(s);
 }
 
@@ -526,7 +507,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
         out[c] = sum;
       }
     };
-    if (options_.stage == ZeroStage::k0) {
+    if (!spec_.shard_optimizer_state) {
       // Every rank holds the whole gradient: the same partials, computed locally.
       Tensor flat = Tensor::zeros({padded}, DType::kF32, impl_->device);
       for (auto& up : s.unit->params) {
@@ -564,7 +545,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
 // model's own parameters. Names as state_dict(): every name of a tied parameter, then buffers.
 NamedTensors ShardedModel::full_state_dict() {
   impl_->drain();
-  if (options_.stage == ZeroStage::k0) {
+  if (!spec_.shard_optimizer_state) {
     // Parameters with a master: the master's f32 value (the param_dtype copy lost bits).
     std::map<std::string, Tensor> master_values;
     for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
@@ -605,7 +586,7 @@ NamedTensors ShardedModel::full_state_dict() {
 void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   impl_->drain();
   impl_->drop_prefetches();
-  if (options_.stage == ZeroStage::k0) {
+  if (!spec_.shard_optimizer_state) {
     model_->load_state_dict(state);
     if (impl_->masters.empty()) return;
     std::map<std::string, const Tensor*> given;
@@ -666,7 +647,7 @@ void ShardedModel::load_full_state_dict(const NamedTensors& state) {
     s.shard_param.narrow(0, lo - s.shard.offset, hi - lo)
         .copy_(item.second->reshape({up.numel}).narrow(0, lo - up.offset, hi - lo));
   }
-  if (options_.stage != ZeroStage::k3) {
+  if (!spec_.shard_parameters) {
     for (auto& s : impl_->states) impl_->gather_into_flat(s);
   }
   for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);

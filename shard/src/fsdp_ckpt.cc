@@ -97,7 +97,7 @@ void ShardedModel::append_checkpoint_pieces(std::vector<Piece>& pieces,
                                             const nn::OptimizerState* st, size_t first_param) {
   impl_->drain();
   const TensorParallelPlan* plan = options_.tensor_parallel.get();
-  const bool stage0 = options_.stage == ZeroStage::k0;
+  const bool stage0 = !spec_.shard_optimizer_state;
   std::vector<Piece> mine;
   // Local elements [lo, hi) of `up`, whose element lo is element `at` of the 1-D `source`.
   // Under tensor parallelism a replicated parameter is written by tp rank 0 alone.
@@ -252,7 +252,7 @@ void ShardedModel::load_parameters(const ShardedCheckpoint& ckpt,
                                    const std::filesystem::path& folder) {
   impl_->drain();            // nothing may read the shards while they are replaced
   impl_->drop_prefetches();  // gathers of the old values
-  const bool stage0 = options_.stage == ZeroStage::k0;
+  const bool stage0 = !spec_.shard_optimizer_state;
   for (auto& s : impl_->states) {
     if (stage0) {
       Tensor whole = read_unit(ckpt, folder, "", s, true);
@@ -267,7 +267,7 @@ void ShardedModel::load_parameters(const ShardedCheckpoint& ckpt,
     impl_->unpark(s);
     s.shard_param.copy_(read_unit(ckpt, folder, "", s, false));
     if (parked_unit) impl_->park(s, /*changed=*/true);
-    if (options_.stage != ZeroStage::k3) impl_->gather_into_flat(s);
+    if (!spec_.shard_parameters) impl_->gather_into_flat(s);
   }
 }
 
@@ -303,7 +303,7 @@ void ShardedModel::append_optimizer_state(const ShardedCheckpoint& ckpt,
                                           const std::filesystem::path& folder,
                                           const std::set<std::string>& state_names,
                                           size_t first_param, nn::OptimizerState& st) const {
-  const bool stage0 = options_.stage == ZeroStage::k0;
+  const bool stage0 = !spec_.shard_optimizer_state;
   size_t index = first_param;
   for (auto& s : impl_->states) {
     for (const auto& name : state_names) {

@@ -13,14 +13,29 @@
 
 namespace braid::shard {
 
+// The dtypes one unit is gathered / held in and reduced in (fsdp_precision.cc).
+struct UnitDtypes {
+  DType param = DType::kF32;
+  DType reduce = DType::kF32;
+};
+
+// kInvalidArgument naming the field unless param_dtype and reduce_dtype are f32, bf16 or f16
+// and master_dtype and state_dtype f32.
+void check_sharding_precision(const amp::PrecisionPolicy& policy);
+// Stages 1-3: the policy's dtypes, or f32 for a unit whose parameters are all in
+// keep_in_fp32_modules; kInvalidArgument naming the unit and both parameters for a unit that
+// mixes kept and other parameters.
+UnitDtypes unit_dtypes(const Unit& unit, const amp::PrecisionPolicy& policy);
+
 struct UnitState {
   Unit* unit = nullptr;
   size_t index = 0;  // in units()
   ShardInfo shard;
-  Tensor flat;         // [padded] param_dtype full parameters (stages 1-2; 3 while gathered)
+  UnitDtypes dtypes;   // stages 1-3
+  Tensor flat;         // [padded] dtypes.param full parameters (stages 1-2; 3 while gathered)
   Tensor shard_param;  // [count] f32: the optimizer's parameter (stages 1-3)
   nn::Parameter opt_param;
-  Tensor acc;  // [count] reduce_dtype fold accumulator of the step (undefined: none yet)
+  Tensor acc;  // [count] dtypes.reduce fold accumulator of the step (undefined: none yet)
   bool gathered = false;
   // Stage 3 with overlap: an all_gather submitted ahead of use (prefetch) into pending_flat.
   std::shared_ptr<CommQueue::Op> gather_op;
@@ -39,8 +54,8 @@ struct Bucket {
   ShardInfo shard;      // this rank's part of the deterministic fold
   int64_t pending = 0;  // parameters whose gradient this backward has not produced yet
   bool launched = false;
-  // The step's accumulator in reduce_dtype: [shard.count] of the ordered fold (deterministic),
-  // or [padded] sums of all_reduces (undefined: none yet).
+  // The step's accumulator in stage0_reduce_dtype: [shard.count] of the ordered fold
+  // (deterministic), or [padded] sums of all_reduces (undefined: none yet).
   Tensor acc;
 };
 
@@ -51,6 +66,7 @@ struct ShardedModel::Impl {
   std::shared_ptr<ProcessGroup> comm;
   std::shared_ptr<ProcessGroup> replicas;  // HSDP: this rank's replicas (null without HSDP)
   ShardingOptions options;
+  ShardingSpec spec;  // options resolved (resolve): read this, not options.stage
   // Where the flat buffers, shards and reductions live: cpu, or meta for a measurement run
   // (estimate_memory: meta parameters, no param_init, a 'meta' group).
   Device device = kCPU;
@@ -75,8 +91,8 @@ struct ShardedModel::Impl {
   };
   std::map<const void*, ParamUse> uses;          // by Parameter::id()
   size_t next_bucket = 0;                        // the next bucket to launch in this backward
-  std::map<const void*, nn::Parameter> masters;  // param_dtype != f32: f32 masters by id
-  DType stage0_reduce_dtype = DType::kF32;       // reduce_dtype, or comm_hook's
+  std::map<const void*, nn::Parameter> masters;  // 16-bit param_dtype_for: f32 masters by id
+  DType stage0_reduce_dtype = DType::kF32;       // precision.reduce_dtype, or comm_hook's
   std::vector<std::pair<nn::Layer*, nn::ModuleHooks>> stage0_hooks;
 
   int world() const { return comm->size(); }  // the shard group's size

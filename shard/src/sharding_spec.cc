@@ -4,6 +4,7 @@
 
 #include "braid/core/error.h"
 #include "braid/shard/fsdp.h"
+#include "fsdp_impl.h"
 
 namespace braid::shard {
 
@@ -20,18 +21,18 @@ std::string ShardingSpec::str() const {
   out += ordered_reduction ? ", ordered reduction" : ", unordered reduction";
   if (overlap) out += ", communication thread";
   if (forward_prefetch || backward_prefetch) {
-    out += std::string(", prefetch ") +
-           (forward_prefetch && backward_prefetch ? "forward and backward"
-            : forward_prefetch                   ? "forward"
-                                                 : "backward");
+    out +=
+        std::string(", prefetch ") + (forward_prefetch && backward_prefetch ? "forward and backward"
+                                      : forward_prefetch                    ? "forward"
+                                                                            : "backward");
   }
   if (offload_param) out += ", master shards offloaded to nvme";
   return out;
 }
 
 ShardingSpec resolve(const ShardingOptions& o, int world_size) {
-  BRAID_CHECK(world_size >= 1, kInvalidArgument, "ShardingOptions: the world size must be >= 1, got ",
-              world_size);
+  BRAID_CHECK(world_size >= 1, kInvalidArgument,
+              "ShardingOptions: the world size must be >= 1, got ", world_size);
   ShardingSpec s;
   s.stage = o.stage;
   const int stage = static_cast<int>(o.stage);
@@ -68,11 +69,7 @@ ShardingSpec resolve(const ShardingOptions& o, int world_size) {
               "DeepSpeed); use the optimizer's offload (offload_optimizer_device) at stages 1-2");
   BRAID_CHECK(!s.offload_param || !o.offload_param.nvme_path.empty(), kInvalidArgument,
               "ShardingOptions: offload_param_device = nvme needs offload_param_nvme_path");
-  for (DType dt : {o.param_dtype, o.reduce_dtype}) {
-    BRAID_CHECK(dt == DType::kF32 || dt == DType::kBF16 || dt == DType::kF16, kInvalidArgument,
-                "ShardingOptions: param_dtype and reduce_dtype must be f32, bf16 or f16, got ",
-                dtype_name(dt));
-  }
+  check_sharding_precision(o.precision);
 
   s.overlap = resolve_overlap(o);
   s.forward_prefetch = s.overlap && s.shard_parameters && o.forward_prefetch;

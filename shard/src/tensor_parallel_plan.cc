@@ -232,7 +232,7 @@ double clip_grad_norm_(ShardedModel& sm, const TensorParallelPlan& plan, double 
   const std::vector<Unit>& units = sm.units();
   double split = 0, replicated = 0;
   std::vector<Tensor> grads;
-  if (sm.options().stage == ZeroStage::k0) {
+  if (!sm.spec().shard_optimizer_state) {
     // Every rank of the group holds the whole gradient: the optimizer's parameters (or their
     // f32 masters) in unit order.
     size_t i = 0;

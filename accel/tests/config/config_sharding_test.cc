@@ -96,8 +96,8 @@ TEST(ShardingPlan, Fsdp2ParallelismConfigIsHsdp) {
   EXPECT_TRUE(p.options.activation_checkpointing);
   EXPECT_TRUE(p.init_on_meta);
   EXPECT_EQ(p.state_dict_type, FsdpStateDictType::kFullStateDict);
-  EXPECT_EQ(p.options.param_dtype, DType::kBF16);
-  EXPECT_EQ(p.options.reduce_dtype, DType::kBF16);
+  EXPECT_EQ(p.options.precision.param_dtype, DType::kBF16);
+  EXPECT_EQ(p.options.precision.reduce_dtype, DType::kBF16);
   EXPECT_EQ(p.options.wrap.kind, shard::WrapKind::kTransformerBased);
   EXPECT_EQ(p.options.wrap.transformer_cls_names_to_wrap, std::vector<std::string>{"GPT2Block"});
 }
@@ -122,8 +122,8 @@ TEST(ShardingPlan, FsdpMixedPrecisionFromTopLevelOrPolicy) {
                                   std::pair{amp::PrecisionType::kFp8, DType::kBF16}}) {
     c.mixed_precision = precision;
     ShardingPlan p = sharding_plan(c);
-    EXPECT_EQ(p.options.param_dtype, dtype);
-    EXPECT_EQ(p.options.reduce_dtype, dtype);
+    EXPECT_EQ(p.options.precision.param_dtype, dtype);
+    EXPECT_EQ(p.options.precision.reduce_dtype, dtype);
   }
   c.fsdp_plugin->mixed_precision_policy =
       FsdpMixedPrecisionPolicy{DType::kBF16, DType::kF32, DType::kBF16};
@@ -133,13 +133,13 @@ TEST(ShardingPlan, FsdpMixedPrecisionFromTopLevelOrPolicy) {
   EXPECT_NE(e.message().find("buffer_dtype bf16"), std::string::npos) << e.message();
   c.fsdp_plugin->mixed_precision_policy->buffer_dtype = DType::kF32;
   ShardingPlan p = sharding_plan(c);
-  EXPECT_EQ(p.options.param_dtype, DType::kBF16);
-  EXPECT_EQ(p.options.reduce_dtype, DType::kF32);
+  EXPECT_EQ(p.options.precision.param_dtype, DType::kBF16);
+  EXPECT_EQ(p.options.precision.reduce_dtype, DType::kF32);
   // DDP keeps f32 parameters: mixed precision is autocast there.
   AcceleratorConfig ddp;
   ddp.distributed_type = DistributedType::kMultiCpu;
   ddp.mixed_precision = amp::PrecisionType::kBf16;
-  EXPECT_EQ(sharding_plan(ddp).options.param_dtype, DType::kF32);
+  EXPECT_EQ(sharding_plan(ddp).options.precision.param_dtype, DType::kF32);
 }
 
 TEST(ShardingPlan, FsdpWrapPrefetchOffloadAndWarnings) {
@@ -196,7 +196,7 @@ TEST(ShardingPlan, DeepSpeed) {
   AcceleratorConfig c = load_config_file(data_dir() / "accelerate_deepspeed.yaml");
   ShardingPlan p = sharding_plan(c);
   EXPECT_EQ(p.options.stage, ZeroStage::k3);
-  EXPECT_EQ(p.options.param_dtype, DType::kBF16);
+  EXPECT_EQ(p.options.precision.param_dtype, DType::kBF16);
   EXPECT_EQ(p.options.offload_param.device, nn::OffloadDevice::kNvme);
   EXPECT_EQ(p.options.offload_param.nvme_path, "/local_nvme");
   EXPECT_EQ(p.offload_optimizer.device, nn::OffloadDevice::kCpu);

@@ -65,8 +65,8 @@ BRAID_API braidResult_t braidZeroCreate(braidComm_t comm, const braidZeroConfig_
     auto z = std::make_unique<braidZero>();
     z->pg = comm->pg;
     z->options.stage = shard::zero_stage_from_int(c.stage);
-    z->options.param_dtype = zero_dtype(c.param_dtype, "config->param_dtype");
-    z->options.reduce_dtype = zero_dtype(c.reduce_dtype, "config->reduce_dtype");
+    z->options.precision.param_dtype = zero_dtype(c.param_dtype, "config->param_dtype");
+    z->options.precision.reduce_dtype = zero_dtype(c.reduce_dtype, "config->reduce_dtype");
     z->options.reshard_after_forward = c.reshard_after_forward != 0;
     z->options.sync_module_states = c.sync_module_states != 0;
     BRAID_CHECK(c.overlap >= -1 && c.overlap <= 1, kInvalidArgument,

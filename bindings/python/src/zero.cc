@@ -92,8 +92,8 @@ Flat make_flat(const py::sequence& units, const std::shared_ptr<ProcessGroup>& p
   BRAID_CHECK(pg != nullptr, kInvalidArgument, "FlatParameters: pg is None");
   shard::ShardingOptions o;
   o.stage = shard::zero_stage_from_int(stage);
-  o.param_dtype = dtype_arg(param_dtype);
-  o.reduce_dtype = dtype_arg(reduce_dtype);
+  o.precision.param_dtype = dtype_arg(param_dtype);
+  o.precision.reduce_dtype = dtype_arg(reduce_dtype);
   o.reshard_after_forward = reshard_after_forward;
   o.overlap = overlap;
   o.sync_module_states = sync_module_states;

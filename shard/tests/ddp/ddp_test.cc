@@ -198,9 +198,8 @@ TEST(Ddp, Bf16ParametersAtStageZeroStepF32Masters) {
   auto gpt = tiny_gpt();
   NamedTensors before;
   for (auto& [n, t] : gpt->state_dict()) before.emplace_back(n, t.clone());
-  ShardedModel sm(
-      gpt, one_rank_group(),
-      {.stage = ZeroStage::k0, .param_dtype = DType::kBF16, .reduce_dtype = DType::kBF16});
+  ShardedModel sm(gpt, one_rank_group(),
+                  {.stage = ZeroStage::k0, .precision = amp::PrecisionPolicy::from("bf16")});
   for (auto& p : gpt->parameters()) EXPECT_EQ(p.data().dtype(), DType::kBF16);
   const auto masters = sm.optimizer_parameters();
   ASSERT_EQ(masters.size(), gpt->parameters().size());
@@ -258,11 +257,11 @@ TEST(Ddp, BadOptionsAreErrors) {
       [&] {
         ShardedModel sm(gpt, pg,
                         {.stage = ZeroStage::k0,
-                         .reduce_dtype = DType::kBF16,
+                         .precision = {.reduce_dtype = DType::kBF16},
                          .ddp = {.comm_hook = DDPCommunicationHookType::kFp16}});
       },
       ::testing::ThrowsMessage<Error>(
-          HasSubstr("comm_hook asks for f16 but reduce_dtype is bf16")));
+          HasSubstr("comm_hook asks for f16 but precision.reduce_dtype is bf16")));
   EXPECT_THAT(
       [&] {
         ShardedModel sm(gpt, pg, {.stage = ZeroStage::k0});

@@ -10,6 +10,7 @@
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -117,11 +118,9 @@ TEST(ShardedModel, Bf16ParametersComputeButTheStateDictHoldsTheF32Masters) {
     auto gpt = tiny_gpt();
     NamedTensors before;
     for (auto& [n, t] : gpt->state_dict()) before.emplace_back(n, t.clone());
-    ShardedModel sm(gpt, one_rank_group(),
-                    {.stage = stage,
-                     .wrap = kBlocks,
-                     .param_dtype = DType::kBF16,
-                     .reduce_dtype = DType::kBF16});
+    ShardedModel sm(
+        gpt, one_rank_group(),
+        {.stage = stage, .wrap = kBlocks, .precision = amp::PrecisionPolicy::from("bf16")});
     Tensor logits = sm.forward(Tensor::from_vector({1, 2, 3}, {1, 3}, DType::kI64));
     EXPECT_EQ(logits.dtype(), DType::kBF16);
     sm.backward(Tensor::ones(logits.shape(), DType::kBF16));
@@ -136,6 +135,88 @@ TEST(ShardedModel, Bf16ParametersComputeButTheStateDictHoldsTheF32Masters) {
   }
 }
 
+// keep_in_fp32_modules under sharding (docs/sharding.md, "Precision"): a unit whose
+// parameters are all kept is gathered, held and reduced in f32; the other units in the
+// policy's dtype; stage 0 keeps each kept parameter f32 (param_dtype_for) without a master.
+TEST(ShardedModel, KeepInFp32UnitsAreGatheredAndReducedInF32) {
+  const WrapPolicy blocks_and_norms{.kind = WrapKind::kTransformerBased,
+                                    .transformer_cls_names_to_wrap = {"GPT2Block", "LayerNorm"}};
+  amp::PrecisionPolicy bf16 = amp::PrecisionPolicy::from("bf16");
+  bf16.keep_in_fp32_modules = {"ln_f"};
+  for (ZeroStage stage : {ZeroStage::k0, ZeroStage::k1, ZeroStage::k2, ZeroStage::k3}) {
+    SCOPED_TRACE(static_cast<int>(stage));
+    auto gpt = tiny_gpt();
+    NamedTensors before;
+    for (auto& [n, t] : gpt->state_dict()) before.emplace_back(n, t.clone());
+    ShardedModel sm(gpt, one_rank_group(),
+                    {.stage = stage,
+                     .wrap = blocks_and_norms,
+                     .reshard_after_forward = false,
+                     .precision = bf16});
+    nn::Parameter ln_f = gpt->get_submodule("transformer.ln_f").param("weight");
+    nn::Parameter c_fc = gpt->get_submodule("transformer.h.0.mlp.c_fc").param("weight");
+    Tensor logits = sm.forward(Tensor::from_vector({1, 2, 3}, {1, 3}, DType::kI64));
+    // Stage 3 keeps the units gathered until their backward (reshard_after_forward false).
+    EXPECT_EQ(ln_f.data().dtype(), DType::kF32);
+    EXPECT_EQ(c_fc.data().dtype(), DType::kBF16);
+    sm.backward(Tensor::ones(logits.shape(), logits.dtype()));
+    sm.finish_gradients(1.0);
+    if (stage == ZeroStage::k0) {
+      // Masters only for the 16-bit parameters: ln_f steps itself.
+      const auto opt = sm.optimizer_parameters();
+      EXPECT_TRUE(std::any_of(opt.begin(), opt.end(),
+                              [&](const nn::Parameter& p) { return p.id() == ln_f.id(); }));
+      EXPECT_FALSE(std::any_of(opt.begin(), opt.end(),
+                               [&](const nn::Parameter& p) { return p.id() == c_fc.id(); }));
+    }
+    for (auto& p : sm.optimizer_parameters()) {
+      EXPECT_EQ(p.data().dtype(), DType::kF32);
+      EXPECT_TRUE(p.grad().defined());
+    }
+    NamedTensors after = sm.full_state_dict();
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) {
+      EXPECT_EQ(after[i].second.dtype(), DType::kF32) << after[i].first;
+      EXPECT_TRUE(equal(after[i].second, before[i].second)) << after[i].first;
+    }
+  }
+}
+
+TEST(ShardedModel, AUnitMixingKeptAndOtherParametersIsRefused) {
+  amp::PrecisionPolicy bf16 = amp::PrecisionPolicy::from("bf16");
+  bf16.keep_in_fp32_modules = {"ln_f"};
+  auto gpt = tiny_gpt();
+  // kBlocks leaves ln_f in the root unit with the embeddings.
+  EXPECT_THAT(
+      [&] {
+        ShardedModel sm(gpt, one_rank_group(),
+                        {.stage = ZeroStage::k3, .wrap = kBlocks, .precision = bf16});
+      },
+      ::testing::ThrowsMessage<Error>(
+          ::testing::AllOf(HasSubstr("unit '<root>'"), HasSubstr("'transformer.ln_f.weight'"),
+                           HasSubstr("'transformer.wte.weight'"),
+                           HasSubstr("Wrap the kept module as its own unit"))));
+  // Stage 0 keeps per parameter, and an all-f32 policy has nothing to keep: both are fine.
+  EXPECT_NO_THROW(ShardedModel(tiny_gpt(), one_rank_group(),
+                               {.stage = ZeroStage::k0, .wrap = kBlocks, .precision = bf16}));
+  amp::PrecisionPolicy f32;
+  f32.keep_in_fp32_modules = {"ln_f"};
+  EXPECT_NO_THROW(ShardedModel(tiny_gpt(), one_rank_group(),
+                               {.stage = ZeroStage::k3, .wrap = kBlocks, .precision = f32}));
+}
+
+TEST(ShardedModel, PrecisionPolicyIsCheckedFieldByField) {
+  auto pg = one_rank_group();
+  const auto refused = [&](amp::PrecisionPolicy p, const std::string& what) {
+    EXPECT_THAT([&] { ShardedModel sm(tiny_gpt(), pg, {.precision = p}); },
+                ::testing::ThrowsMessage<Error>(HasSubstr(what)));
+  };
+  refused({.param_dtype = DType::kF64}, "precision.param_dtype is f64; expected f32, bf16 or f16");
+  refused({.reduce_dtype = DType::kF8E4M3}, "precision.reduce_dtype is f8e4m3; expected f32");
+  refused({.master_dtype = DType::kBF16}, "precision.master_dtype is bf16; expected f32");
+  refused({.state_dtype = DType::kF16}, "precision.state_dtype is f16; expected f32");
+}
+
 TEST(ShardedModel, HeldBytesCountFlatBuffersShardsAndAccumulators) {
   const auto padded_sum = [](const ShardedModel& sm) {
     int64_t n = 0;
@@ -146,8 +227,9 @@ TEST(ShardedModel, HeldBytesCountFlatBuffersShardsAndAccumulators) {
   ShardedModel s3(g3, one_rank_group(), {.stage = ZeroStage::k3, .wrap = kBlocks});
   EXPECT_EQ(s3.held_bytes(), 4 * padded_sum(s3));  // the f32 shards only (one rank: whole)
   auto g1 = tiny_gpt();
-  ShardedModel s1(g1, one_rank_group(),
-                  {.stage = ZeroStage::k1, .wrap = kBlocks, .param_dtype = DType::kBF16});
+  ShardedModel s1(
+      g1, one_rank_group(),
+      {.stage = ZeroStage::k1, .wrap = kBlocks, .precision = {.param_dtype = DType::kBF16}});
   EXPECT_EQ(s1.held_bytes(), (2 + 4) * padded_sum(s1));  // bf16 flat + f32 shard
   Tensor logits = s1.forward(Tensor::from_vector({1, 2}, {1, 2}, DType::kI64));
   s1.backward(Tensor::ones(logits.shape(), logits.dtype()));
@@ -177,8 +259,9 @@ TEST(ShardedModel, BadUseIsAnError) {
   }
   {
     auto gpt = tiny_gpt();
-    EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.reduce_dtype = DType::kI32}); },
-                ::testing::ThrowsMessage<Error>(HasSubstr("must be f32, bf16 or f16")));
+    EXPECT_THAT([&] { ShardedModel sm(gpt, pg, {.precision = {.reduce_dtype = DType::kI32}}); },
+                ::testing::ThrowsMessage<Error>(
+                    HasSubstr("precision.reduce_dtype is i32; expected f32, bf16 or f16")));
   }
   EXPECT_THROW(zero_stage_from_int(4), Error);
 }
@@ -323,7 +406,8 @@ TEST(ShardedModel, HybridShardingBuildsShardAndReplicateGroups) {
     for (const auto& u : sm.units()) EXPECT_EQ(u.padded % (2 * kChunk), 0);
     EXPECT_EQ(sm.optimizer_parameters()[0].data().numel(), sm.units()[0].padded / 2);
     EXPECT_THAT([&] { ShardedModel bad(tiny_gpt(), pg, {.shard_group_size = 3}); },
-                ::testing::ThrowsMessage<Error>(HasSubstr("must divide the world size 4, got 3")));
+                ::testing::ThrowsMessage<Error>(
+                    HasSubstr("shard_group_size 3 must divide the world size 4")));
     EXPECT_THAT(
         [&] { ShardedModel bad(tiny_gpt(), pg, {.stage = ZeroStage::k0, .shard_group_size = 2}); },
         ::testing::ThrowsMessage<Error>(HasSubstr("(HSDP) needs stage 1-3")));

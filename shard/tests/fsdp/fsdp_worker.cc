@@ -124,7 +124,7 @@ int train(const Opts& o) {
   so.stage = shard::zero_stage_from_int(std::stoll(o.stage));
   so.reshard_after_forward = !o.keep_after_forward;
   so.overlap = o.overlap;
-  so.param_dtype = o.param_dtype;
+  so.precision.param_dtype = o.param_dtype;
   if (o.meta_init) {
     nn::GPT* raw = gpt.get();
     so.param_init = [raw, &init](const std::string& name, int64_t offset, int64_t count,
@@ -132,7 +132,7 @@ int train(const Opts& o) {
       raw->init_weights_range(init, name, offset, count, dst);
     };
   }
-  so.reduce_dtype = o.reduce_dtype;
+  so.precision.reduce_dtype = o.reduce_dtype;
   so.ddp.bucket_cap_mb = o.bucket_mb;
   so.ddp.gradient_as_bucket_view = o.bucket_view;
   so.ddp.comm_hook = o.comm_hook;

@@ -108,8 +108,8 @@ TEST(ShardingSpec, RefusalsNameTheOption) {
   nvme.offload_param.nvme_path.clear();
   expect_error(nvme, 2, "needs offload_param_nvme_path");
   ShardingOptions bad{.stage = ZeroStage::k1};
-  bad.param_dtype = DType::kI32;
-  expect_error(bad, 2, "must be f32, bf16 or f16");
+  bad.precision.param_dtype = DType::kI32;
+  expect_error(bad, 2, "precision.param_dtype is i32; expected f32, bf16 or f16");
   ShardingOptions stage{.stage = static_cast<ZeroStage>(7)};
   expect_error(stage, 2, "is not a ZeRO stage");
 }

@@ -47,16 +47,13 @@ TEST(EstimateMemory, ResidentStateByStage) {
     const auto [numel, padded] = unit_numels(f, world);
     const auto between = [&, f = f](ZeroStage s, DType pd) {
       ShardingOptions so{.stage = s, .wrap = kBlocks};
-      so.param_dtype = pd;
+      so.precision.param_dtype = pd;
       so.overlap = false;
-      return estimate_memory(small(f), so, world, {.batch = 1, .seq = 16},
-                             memory_test::adamw());
+      return estimate_memory(small(f), so, world, {.batch = 1, .seq = 16}, memory_test::adamw());
     };
     EXPECT_EQ(between(ZeroStage::k3, DType::kF32).between_steps, 12 * padded / world);
-    EXPECT_EQ(between(ZeroStage::k1, DType::kBF16).between_steps,
-              12 * padded / world + 2 * padded);
-    EXPECT_EQ(between(ZeroStage::k2, DType::kF32).between_steps,
-              12 * padded / world + 4 * padded);
+    EXPECT_EQ(between(ZeroStage::k1, DType::kBF16).between_steps, 12 * padded / world + 2 * padded);
+    EXPECT_EQ(between(ZeroStage::k2, DType::kF32).between_steps, 12 * padded / world + 4 * padded);
     const MemoryEstimate s0 = between(ZeroStage::k0, DType::kF32);
     EXPECT_EQ(s0.between_steps, 12 * numel);
     EXPECT_EQ(s0.model_bytes, 4 * numel);
@@ -110,8 +107,8 @@ TEST(EstimateMemory, PhasesAndTable) {
   EXPECT_EQ(e.peak_bytes, most);
   EXPECT_EQ(e.peak_at, "backward");  // activations and the gradients of a unit
   const std::string t = e.str();
-  for (const char* row : {"peak per rank", "forward", "backward", "optimizer step",
-                          "between steps", "sharded model", "optimizer state"}) {
+  for (const char* row : {"peak per rank", "forward", "backward", "optimizer step", "between steps",
+                          "sharded model", "optimizer state"}) {
     EXPECT_THAT(t, HasSubstr(row));
   }
 }
@@ -213,7 +210,7 @@ TEST(EstimateMemory, WorkedExamplesOn8Ranks) {
     std::vector<MemoryEstimate> e;
     for (int s = 0; s < 4; ++s) {
       ShardingOptions so{.stage = ZeroStage(s), .wrap = kBlocks};
-      so.param_dtype = so.reduce_dtype = DType::kBF16;
+      so.precision.param_dtype = so.precision.reduce_dtype = DType::kBF16;
       so.overlap = false;
       const auto t0 = std::chrono::steady_clock::now();
       e.push_back(estimate_memory(build, so, 8, {.batch = 4, .seq = seq}, memory_test::adamw()));
@@ -228,10 +225,12 @@ TEST(EstimateMemory, WorkedExamplesOn8Ranks) {
     EXPECT_LT(e[1].between_steps, e[0].between_steps) << name;
     return e;
   };
-  run("gpt2", [] { return std::make_shared<nn::GPT>(nn::GPTConfig{}); }, 1024);
+  run(
+      "gpt2", [] { return std::make_shared<nn::GPT>(nn::GPTConfig{}); }, 1024);
   nn::LlamaConfig llama;  // transformers' defaults are Llama-2-7B's shapes
   llama.max_position_embeddings = 4096;
-  const auto e = run("llama-2-7b", [llama] { return std::make_shared<nn::Llama>(llama); }, 1024);
+  const auto e = run(
+      "llama-2-7b", [llama] { return std::make_shared<nn::Llama>(llama); }, 1024);
   // Stage 3 on 8 ranks: the 6.7e9 parameters' f32 shards and AdamW moments, 12 bytes / 8 each.
   EXPECT_GT(e[3].between_steps, static_cast<int64_t>(12.0 * 6.7e9 / 8));
   EXPECT_LT(e[3].between_steps, static_cast<int64_t>(12.0 * 6.8e9 / 8));

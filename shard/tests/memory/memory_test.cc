@@ -63,12 +63,12 @@ TEST(PeakMemory, Bf16ParametersAndReduction) {
   for (Family f : kFamilies) {
     for (ZeroStage s : {ZeroStage::k1, ZeroStage::k2, ZeroStage::k3}) {
       Case c = make_case("stage " + std::to_string(int(s)) + " bf16 params+reduce", s, f);
-      c.sharding.param_dtype = c.sharding.reduce_dtype = DType::kBF16;
+      c.sharding.precision.param_dtype = c.sharding.precision.reduce_dtype = DType::kBF16;
       check(c);
     }
   }
   Case c = make_case("stage 3 bf16 params, f32 reduce", ZeroStage::k3);
-  c.sharding.param_dtype = DType::kBF16;
+  c.sharding.precision.param_dtype = DType::kBF16;
   check(c);
 }
 
@@ -108,7 +108,7 @@ TEST(PeakMemory, StageZeroBuckets) {
   sum.workload.micro_batches = 2;
   check(sum);
   Case bf16 = make_case("stage 0 bf16 params, f32 masters", ZeroStage::k0);
-  bf16.sharding.param_dtype = DType::kBF16;
+  bf16.sharding.precision.param_dtype = DType::kBF16;
   bf16.sharding.ddp.comm_hook = DDPCommunicationHookType::kBf16;
   check(bf16);
   Case overlap = make_case("stage 0 small buckets, overlap", ZeroStage::k0);

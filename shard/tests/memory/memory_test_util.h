@@ -127,8 +127,8 @@ inline Measured measure(const Case& c, const std::shared_ptr<ProcessGroup>& pg) 
       }
       alloc.reset_peak();
       for (auto& [ids, labels] : batches) {
-        auto scope = w.autocast == DType::kF32 ? amp::AutocastScope::noop()
-                                               : amp::AutocastScope(w.autocast);
+        auto scope =
+            w.autocast == DType::kF32 ? amp::AutocastScope::noop() : amp::AutocastScope(w.autocast);
         ce.forward(sm.forward(ids), labels);
         sm.backward(ce.backward());
       }
@@ -159,15 +159,14 @@ inline double relative_error(int64_t measured, int64_t predicted) {
 inline std::string report(const Case& c, int world, int rank, const Measured& m,
                           const MemoryEstimate& e) {
   char line[256];
-  std::snprintf(
-      line, sizeof line,
-      "%-40s W %d rank %d: peak measured %9lld predicted %9lld (%+.2f%%), between "
-      "steps %9lld / %9lld, at %s",
-      c.name.c_str(), world, rank, static_cast<long long>(m.peak),
-      static_cast<long long>(e.peak_bytes),
-      100.0 * static_cast<double>(e.peak_bytes - m.peak) / static_cast<double>(m.peak),
-      static_cast<long long>(m.between_steps), static_cast<long long>(e.between_steps),
-      e.peak_at.c_str());
+  std::snprintf(line, sizeof line,
+                "%-40s W %d rank %d: peak measured %9lld predicted %9lld (%+.2f%%), between "
+                "steps %9lld / %9lld, at %s",
+                c.name.c_str(), world, rank, static_cast<long long>(m.peak),
+                static_cast<long long>(e.peak_bytes),
+                100.0 * static_cast<double>(e.peak_bytes - m.peak) / static_cast<double>(m.peak),
+                static_cast<long long>(m.between_steps), static_cast<long long>(e.between_steps),
+                e.peak_at.c_str());
   return line;
 }
 

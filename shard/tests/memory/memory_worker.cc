@@ -29,14 +29,14 @@ int run(int argc, char** argv) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
     if (a == "--llama") {
-      const memory_test::Case l = memory_test::make_case(name, c.sharding.stage,
-                                                         memory_test::Family::kLlama);
+      const memory_test::Case l =
+          memory_test::make_case(name, c.sharding.stage, memory_test::Family::kLlama);
       c.family = l.family;
       c.name = l.name;
     } else if (a == "--param-dtype" && has_value) {
-      c.sharding.param_dtype = parse_dtype(argv[++i]);
+      c.sharding.precision.param_dtype = parse_dtype(argv[++i]);
     } else if (a == "--reduce-dtype" && has_value) {
-      c.sharding.reduce_dtype = parse_dtype(argv[++i]);
+      c.sharding.precision.reduce_dtype = parse_dtype(argv[++i]);
     } else if (a == "--keep-after-forward") {
       c.sharding.reshard_after_forward = false;
     } else if (a == "--overlap") {
@@ -63,8 +63,8 @@ int run(int argc, char** argv) {
   std::printf("%s\n", memory_test::report(c, pg->size(), pg->rank(), m, e).c_str());
   std::fflush(stdout);
   const double err = memory_test::relative_error(m.peak, e.peak_bytes);
-  BRAID_CHECK(err <= 0.10, kInvalidArgument, "rank ", pg->rank(), ": predicted peak ",
-              e.peak_bytes, " is ", 100 * err, "% off the measured ", m.peak);
+  BRAID_CHECK(err <= 0.10, kInvalidArgument, "rank ", pg->rank(), ": predicted peak ", e.peak_bytes,
+              " is ", 100 * err, "% off the measured ", m.peak);
   BRAID_CHECK(c.sharding.overlap.value_or(true) || m.between_steps == e.between_steps,
               kInvalidArgument, "rank ", pg->rank(), ": ", m.between_steps,
               " bytes stay allocated between steps, predicted ", e.between_steps);

@@ -123,6 +123,13 @@ class Accelerator {
   bool is_last_process() const { return process_index() == num_processes() - 1; }
   Device device() const { return kCPU; }
   amp::PrecisionType mixed_precision() const { return config_.mixed_precision; }
+  // The job's one precision policy (precision_policy(config), held in the sharding plan's
+  // options): what prepared models hold and reduce in, autocast's dtype, whether the
+  // GradScaler is on, the optimizer's master and state dtypes.
+  const amp::PrecisionPolicy& precision() const { return plan_.options.precision; }
+  // Accelerate's accelerator.scaler: the GradScaler under fp16 (precision().needs_grad_scaler()),
+  // else null.
+  const amp::GradScaler* scaler() const { return scaler_.get(); }
   int64_t gradient_accumulation_steps() const { return accumulation_.num_steps; }
   std::shared_ptr<ProcessGroup> process_group() const { return pg_; }
 
@@ -169,10 +176,11 @@ class Accelerator {
   nn::DataLoader prepare_data_loader(const nn::DataLoader& loader);
 
   // ---- a training step ----
-  // The autocast scope of mixed_precision (bf16 / fp16; "no": none) with the config's
-  // AutocastKwargs (Accelerator.autocast). fp8: bf16 autocast with every Linear whose sizes are
-  // multiples of 16 running its GEMMs on fp8 operands under fp8_config's delayed-scaling
-  // recipe (Transformer Engine's; the scales are updated at each step, the same on every rank).
+  // The autocast scope of the precision policy (precision().autocast(): its compute dtype, bf16
+  // or f16; "no": none) with the config's AutocastKwargs (Accelerator.autocast). fp8: bf16 autocast
+  // with every Linear whose sizes are multiples of 16 running its GEMMs on fp8 operands under
+  // fp8_config's delayed-scaling recipe (Transformer Engine's; the scales are updated at each step,
+  // the same on every rank).
   amp::AutocastScope autocast() const;
 
   // Accelerator.accumulate: one micro-batch. sync_gradients() is true when this micro-batch
@@ -338,6 +346,7 @@ class Accelerator {
   bool writes_files() const;
   // The state dict in the dtype save_model writes (zero3_save_16bit_model).
   NamedTensors saved_dtype(NamedTensors state) const;
+  void check_optimizer_precision(const nn::Optimizer& optimizer) const;
   // What save_state / load_state write and read, one folder per entry: each prepared model, or
   // the pipeline rank's chunks together.
   std::vector<std::vector<shard::ShardedModel*>> checkpointed_models(const char* what) const;

@@ -233,8 +233,9 @@ struct LoadCheckpointOptions {
   bool offload_state_dict = false;
   // Buffers of modules mapped to "disk" are offloaded too (else they are loaded on the CPU).
   bool offload_buffers = false;
-  // With a 16-bit or 8-bit `dtype`, tensors whose name is one of these or contains one followed
-  // by '.' stay in f32.
+  // With a 16-bit or 8-bit `dtype`, tensors of these modules stay in f32
+  // (amp::PrecisionPolicy::param_dtype_for: whole dotted components match, "ln_f" keeps
+  // "transformer.ln_f.weight").
   std::vector<std::string> keep_in_fp32_modules{};
   // Missing or unexpected keys throw (before anything is loaded).
   bool strict = false;

@@ -83,6 +83,10 @@ struct AcceleratorConfig {
   ProjectConfiguration project_config{};
   std::vector<std::string> log_with{};  // tracker names (docs/trackers.md)
   std::optional<uint64_t> seed{};
+  // transformers' _keep_in_fp32_modules (a model attribute there, so set in code, not a file
+  // key): modules whose parameters stay f32 under a 16-bit param dtype (precision_policy;
+  // docs/mixed-precision.md, docs/sharding.md "Precision").
+  std::vector<std::string> keep_in_fp32_modules{};
 
   // The program's own top-level keys (ConfigOptions::extra_keys), as text: file values and
   // --key value overrides. Read them with extra_int / extra_double / extra_bool / extra_string.
@@ -214,6 +218,8 @@ std::optional<std::filesystem::path> write_basic_config(
 
 // What a config asks of ShardedModel and its surroundings (docs/config.md, "Mapping").
 struct ShardingPlan {
+  // options.precision is the job's one precision policy (precision_policy(config)); the
+  // Accelerator's autocast, GradScaler, optimizer checks and 16-bit saves read it there.
   // Activation checkpointing (FSDP activation_checkpointing, Megatron recompute_activations)
   // is options.activation_checkpointing.
   shard::ShardingOptions options{};
@@ -247,6 +253,15 @@ struct ShardingPlan {
 // pipeline parallelism; kInvalidArgument for contradictions (a shard size that does not divide
 // the processes, degrees whose product does not divide them, two different tp degrees, ...).
 ShardingPlan sharding_plan(const AcceleratorConfig& config);
+
+// The job's precision policy, resolved once (docs/config.md, "Precision"): the policy
+// amp::PrecisionPolicy::from(mixed_precision) gives; then, by distributed_type, NO / MULTI_*
+// (DDP) hold parameters, reductions and buffers in f32 under autocast (as Accelerate), FSDP
+// takes fsdp_config.fsdp_mixed_precision_policy's param / reduce / buffer dtypes when given
+// (kNotSupported for a buffer_dtype other than fp32), DeepSpeed and Megatron-LM keep the 16-bit
+// parameters; then keep_in_fp32_modules. type and compute_dtype (autocast) always follow
+// mixed_precision. sharding_plan puts it into options.precision.
+amp::PrecisionPolicy precision_policy(const AcceleratorConfig& config);
 
 // mixed_precision fp8's settings from fp8_config (Accelerate's FP8RecipeKwargs with backend TE;
 // docs/config.md, "fp8_config"): backend (TE), fp8_format (E4M3, HYBRID), amax_history_len,

@@ -66,6 +66,10 @@ class GradScaler {
   // Enabled only for fp16 (Accelerate creates a scaler only then).
   static GradScaler for_precision(PrecisionType precision, GradScalerKwargs kwargs = {},
                                   std::shared_ptr<ProcessGroup> group = nullptr);
+  // Enabled exactly when policy.needs_grad_scaler() (and kwargs.enabled): the Accelerator's
+  // scaler for its resolved policy.
+  static GradScaler for_policy(const PrecisionPolicy& policy, GradScalerKwargs kwargs = {},
+                               std::shared_ptr<ProcessGroup> group = nullptr);
 
   bool is_enabled() const { return enabled_; }
   // The current scale (1.0 when disabled, as torch's get_scale).

@@ -94,6 +94,9 @@ class Optimizer : public amp::ScaledOptimizer {
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
   void add_param_group(ParamGroup group);
   kernels::OptimAlgo algo() const { return algo_; }
+  // Whether 16-bit parameters get f32 masters (the Accelerator checks it against its
+  // precision policy's master_dtype).
+  MasterWeights master_weights() const { return masters_; }
 
   // Rounding of 16-bit parameters after each step; kStochastic needs bf16 parameters.
   void set_rounding(kernels::Rounding rounding, uint64_t seed = 0);

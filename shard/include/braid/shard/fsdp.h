@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "braid/amp/grad_scaler.h"
+#include "braid/amp/precision.h"
 #include "braid/comm/process_group.h"
 #include "braid/nn/lr_scheduler.h"
 #include "braid/nn/module.h"
@@ -56,7 +57,7 @@ enum class ZeroStage : uint8_t {
 ZeroStage zero_stage_from_int(int64_t stage);  // kInvalidArgument unless 0..3
 
 // The seed's DDPCommunicationHookType for comm_hook: gradients compressed to f16 / bf16 for
-// the reduction (braid: the stage-0 reduce_dtype). PowerSGD wrappers are not built.
+// the reduction (braid: the stage-0 precision.reduce_dtype). PowerSGD wrappers are not built.
 enum class DDPCommunicationHookType : uint8_t { kNo, kFp16, kBf16 };
 
 // The seed's DistributedDataParallelKwargs, for stage 0 (DDP). Gradients are reduced per
@@ -86,11 +87,17 @@ struct ShardingOptions {
   // backward (FSDP's FULL_SHARD / reshard_after_forward=True), or keep them from the forward
   // to the end of the backward (SHARD_GRAD_OP).
   bool reshard_after_forward = true;
-  // FSDP's MixedPrecision: the dtype the parameters are held and computed in (the optimizer
-  // still steps f32 masters: shards at stages 1-3, whole copies at stage 0), and the dtype
-  // gradients are packed, exchanged and folded in. f32, bf16 or f16.
-  DType param_dtype = DType::kF32;
-  DType reduce_dtype = DType::kF32;
+  // The precision policy (amp/precision.h; FSDP's MixedPrecision and more), read here:
+  // param_dtype, what parameters are held and computed in (the optimizer still steps f32
+  // masters: shards at stages 1-3, whole copies at stage 0); reduce_dtype, what gradients are
+  // packed, exchanged and folded in (f32, bf16 or f16 each); master_dtype and state_dtype must
+  // be f32 (the optimizer's). keep_in_fp32_modules: at stage 0 each kept parameter stays f32
+  // (param_dtype_for); at stages 1-3 a unit whose parameters are all kept gathers, holds and
+  // reduces in f32 (FSDP's own f32 MixedPrecision for such a module), and a unit mixing kept
+  // and other parameters is refused (wrap the kept module as its own unit). compute_dtype and
+  // type are autocast's (PrecisionPolicy::autocast); buffers keep the model's dtype.
+  //   ShardingOptions o{.stage = ZeroStage::k3, .precision = amp::PrecisionPolicy::from("bf16")};
+  amp::PrecisionPolicy precision{};
   // HSDP (FSDP's HYBRID_SHARD; HYBRID_SHARD_ZERO2 with stage 2): shard over groups of this
   // many consecutive ranks and replicate across the groups: the 2-D mesh
   // (dp_replicate = W / size, dp_shard = size), row-major, as DeviceMesh lays it out. 0 (the
@@ -200,7 +207,8 @@ struct ShardingSpec {
 // Validates `options` for `world_size` ranks and resolves them. kInvalidArgument naming the
 // option and the expectation: world_size < 1, a shard_group_size that does not divide the world
 // or is given at stage 0, deterministic = false at stages 1-3 without HSDP, offload_param to
-// nvme below stage 3 or without a path, param_dtype or reduce_dtype other than f32 / bf16 / f16.
+// nvme below stage 3 or without a path, a precision whose param_dtype or reduce_dtype is not
+// f32 / bf16 / f16 or whose master_dtype or state_dtype is not f32.
 ShardingSpec resolve(const ShardingOptions& options, int world_size);
 
 class ShardedCheckpoint;  // checkpoint.h
@@ -220,9 +228,10 @@ struct TrainingState {
 class ShardedModel {
  public:
   // Takes over the parameters of `model` (every rank passes the same structure). Parameters
-  // must be f32 (they become the f32 master shards; param_dtype sets what is gathered). From stage
-  // 1 on, each unit's parameters become views into one flat buffer per unit; at stage 3 that buffer
-  // exists only while the unit is gathered, and the parameters' data() is undefined otherwise.
+  // must be f32 (they become the f32 master shards; options.precision says what is gathered).
+  // From stage 1 on, each unit's parameters become views into one flat buffer per unit; at
+  // stage 3 that buffer exists only while the unit is gathered, and the parameters' data() is
+  // undefined otherwise.
   ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<ProcessGroup> pg,
                ShardingOptions options = {});
   ~ShardedModel();
@@ -232,6 +241,8 @@ class ShardedModel {
   nn::Layer& module() { return *model_; }
   const std::vector<Unit>& units() const { return units_; }
   const ShardingOptions& options() const { return options_; }
+  // options() resolved over this group (shard::resolve): what is sharded, the mesh.
+  const ShardingSpec& spec() const { return spec_; }
   int rank() const;        // in the group given
   int world_size() const;  // of the group given
   // The group the parameters are sharded over (HSDP: this rank's shard group) and, with
@@ -260,12 +271,12 @@ class ShardedModel {
   // optimizer_parameters() (stage 0: every rank gets the whole gradient, by an all_gather of
   // the reduced shards). Starts the next accumulation.
   void finish_gradients(double scale);
-  // What the optimizer steps on this rank: stage 0 the model's parameters (with a param_dtype
-  // other than f32: their f32 masters, copied into the parameters by after_step); stages 1-3
-  // one f32 Parameter per unit holding this rank's shard of the unit's flat parameters.
+  // What the optimizer steps on this rank: stage 0 the model's parameters (those held in a
+  // 16-bit precision.param_dtype: their f32 masters, copied into the parameters by after_step);
+  // stages 1-3 one f32 Parameter per unit holding this rank's shard of the unit's flat parameters.
   std::vector<nn::Parameter> optimizer_parameters() const;
   // After the optimizer step: stages 1-2 all_gather the updated shards into every rank's full
-  // parameters; stage 0 with a param_dtype other than f32 casts the masters into the
+  // parameters; stage 0 with a 16-bit precision.param_dtype casts the masters into the
   // parameters; otherwise nothing.
   void after_step();
 
@@ -337,6 +348,7 @@ class ShardedModel {
   struct Impl;
   std::shared_ptr<nn::Layer> model_;
   ShardingOptions options_;
+  ShardingSpec spec_;
   std::vector<Unit> units_;
   std::unique_ptr<Impl> impl_;
 };
