@@ -89,7 +89,6 @@ struct FlatParameters::Impl {
   std::shared_ptr<nn::Layer> root;
   std::vector<UnitRef> units;
   std::unique_ptr<ShardedModel> sm;
-  ZeroStage stage = ZeroStage::k3;
   Phase phase = Phase::kIdle;
 
   UnitRef& unit(size_t u, const char* call) {
@@ -162,7 +161,6 @@ FlatParameters::FlatParameters(std::vector<FlatUnitSpec> units, std::shared_ptr<
   options.wrap = WrapPolicy{};
   options.wrap.kind = WrapKind::kTransformerBased;
   options.wrap.transformer_cls_names_to_wrap = {kUnitType};
-  impl_->stage = options.stage;
   impl_->sm = std::make_unique<ShardedModel>(impl_->root, std::move(pg), std::move(options));
 }
 

@@ -25,6 +25,7 @@
 #include "braid/core/thread_pool.h"
 #include "braid/shard/tensor_parallel.h"
 #include "braid/tensor/ops.h"
+#include "ddp.h"
 #include "fsdp_impl.h"
 
 namespace braid::shard {
@@ -323,21 +324,7 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     Unit& u = units_[i];
     s.unit = &u;
     s.shard = u.shard(shard_rank, shard_world);
-    if (!spec_.shard_optimizer_state) {
-      for (auto& up : u.params) {
-        const DType dt = options_.precision.param_dtype_for(up.name);
-        if (dt == DType::kF32) {
-          impl_->stage0_params.push_back(up.param);
-          continue;
-        }
-        // The optimizer steps an f32 master; the layers compute with the 16-bit copy.
-        nn::Parameter master(up.param.data().clone());
-        impl_->masters[up.param.id()] = master;
-        impl_->stage0_params.push_back(master);
-        up.param.data() = up.param.data().to(dt);
-      }
-      continue;  // stage 0's hooks sit on the parameters' layers (build_buckets)
-    }
+    if (!spec_.shard_optimizer_state) continue;  // stage 0: DistributedDataParallel, below
     s.opt_param = nn::Parameter(s.shard_param);
     if (spec_.shard_parameters) {
       release_params(s);
@@ -379,7 +366,10 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
     };
     u.layer->set_hooks(std::move(hooks));
   }
-  if (!spec_.shard_optimizer_state) impl_->build_buckets(*model_, units_);
+  // Stage 0: masters, buckets and hooks on the parameters' owners (ddp.h).
+  if (!spec_.shard_optimizer_state) {
+    impl_->ddp = std::make_unique<DistributedDataParallel>(*impl_, *model_, units_);
+  }
   if (spec_.offload_param) {
     SwapStoreOptions so;
     so.folder = options_.offload_param.nvme_path;
@@ -394,8 +384,8 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
 
 ShardedModel::~ShardedModel() {
   for (auto& u : units_) u.layer->set_hooks({});
-  for (auto& [layer, h] : impl_->stage0_hooks) layer->set_hooks({});
   impl_->queue.reset();  // finishes what was submitted, then stops the thread
+  impl_->ddp.reset();    // its hooks, after the reductions that write its buckets
 }
 
 int ShardedModel::rank() const {
@@ -429,8 +419,8 @@ bool ShardedModel::gradient_sync() const {
 
 void ShardedModel::finish_gradients(double scale) {
   impl_->drain();
-  if (!spec_.shard_optimizer_state) {
-    impl_->ddp_finish(scale);
+  if (impl_->ddp) {
+    impl_->ddp->finish(scale);
     return;
   }
   for (auto& s : impl_->states) {
@@ -454,7 +444,7 @@ void ShardedModel::finish_gradients(double scale) {
 }
 
 std::vector<nn::Parameter> ShardedModel::optimizer_parameters() const {
-  if (!spec_.shard_optimizer_state) return impl_->stage0_params;
+  if (impl_->ddp) return impl_->ddp->parameters();
   std::vector<nn::Parameter> out;
   for (auto& s : impl_->states) out.push_back(s.opt_param);
   return out;
@@ -467,17 +457,9 @@ void ShardedModel::after_step() {
   impl_->drop_prefetches();
   for (auto& s : impl_->states) impl_->release(s);
   for (auto& s : impl_->states) impl_->park(s, /*changed=*/true);  // offload_param: written back
-  if (!spec_.shard_optimizer_state) {
-    for (auto& s : impl_->states) {
-      for (auto& up : s.unit->params) {
-        auto it = impl_->masters.find(up.param.id());
-        if (it != impl_->masters.end()) up.param.data().copy_(it->second.data());  // rounds
-      }
-    }
-    return;
-  }
-  if (!spec_.shard_optimizer_state || spec_.shard_parameters) return;  // stages 1-2
-  for (auto& s : impl_->states) impl_->gather_into_flat(s);
+  if (impl_->ddp) return impl_->ddp->after_step();  // stage 0: masters into 16-bit parameters
+  if (spec_.shard_parameters) return;
+  for (auto& s : impl_->states) impl_->gather_into_flat(s);  // stages 1-2
 }
 
 double ShardedModel::clip_grad_norm_(double max_norm) {
@@ -507,16 +489,9 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
         out[c] = sum;
       }
     };
-    if (!spec_.shard_optimizer_state) {
+    if (impl_->ddp) {
       // Every rank holds the whole gradient: the same partials, computed locally.
-      Tensor flat = Tensor::zeros({padded}, DType::kF32, impl_->device);
-      for (auto& up : s.unit->params) {
-        const nn::Parameter target = impl_->stage0_target(up);
-        BRAID_CHECK(target.grad().defined(), kInvalidArgument,
-                    "clip_grad_norm_: call finish_gradients first");
-        flat.narrow(0, up.offset, up.numel).copy_(target.grad().reshape({up.numel}));
-        grads.push_back(target.grad());
-      }
+      const Tensor flat = impl_->ddp->flat_gradient(*s.unit, grads);
       chunk_sums(flat.data<float>(), padded / kChunk, all_partials.data<double>());
     } else {
       Tensor g = s.opt_param.grad();
@@ -545,20 +520,7 @@ double ShardedModel::clip_grad_norm_(double max_norm) {
 // model's own parameters. Names as state_dict(): every name of a tied parameter, then buffers.
 NamedTensors ShardedModel::full_state_dict() {
   impl_->drain();
-  if (!spec_.shard_optimizer_state) {
-    // Parameters with a master: the master's f32 value (the param_dtype copy lost bits).
-    std::map<std::string, Tensor> master_values;
-    for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
-      auto it = impl_->masters.find(p.id());
-      if (it != impl_->masters.end()) master_values[name] = it->second.data();
-    }
-    NamedTensors out;
-    for (auto& [name, t] : model_->state_dict()) {
-      auto it = master_values.find(name);
-      out.emplace_back(name, (it != master_values.end() ? it->second : t).clone());
-    }
-    return out;
-  }
+  if (impl_->ddp) return impl_->ddp->full_state_dict(*model_);
   std::map<const void*, Tensor> whole;  // parameter handle -> full f32 value
   for (auto& s : impl_->states) {
     Tensor full = Tensor::empty({s.unit->padded}, DType::kF32);
@@ -586,20 +548,7 @@ NamedTensors ShardedModel::full_state_dict() {
 void ShardedModel::load_full_state_dict(const NamedTensors& state) {
   impl_->drain();
   impl_->drop_prefetches();
-  if (!spec_.shard_optimizer_state) {
-    model_->load_state_dict(state);
-    if (impl_->masters.empty()) return;
-    std::map<std::string, const Tensor*> given;
-    for (auto& [name, t] : state) given[name] = &t;
-    for (auto& [name, p] : model_->named_parameters(/*remove_duplicate=*/false)) {
-      auto m = impl_->masters.find(p.id());
-      auto g = given.find(name);
-      if (m == impl_->masters.end() || g == given.end()) continue;
-      m->second.data().copy_(*g->second);  // the f32 value, whole
-      p.data().copy_(m->second.data());    // and its param_dtype copy
-    }
-    return;
-  }
+  if (impl_->ddp) return impl_->ddp->load_full_state_dict(*model_, state);
   std::map<std::string, const Tensor*> given;
   for (auto& [name, t] : state) given[name] = &t;
   // Every name of each unit parameter (tied ones have several); one of them must be given.
@@ -660,10 +609,7 @@ int64_t ShardedModel::held_bytes() const {
     if (s.shard_param.defined()) n += static_cast<int64_t>(s.shard_param.nbytes());
     if (s.acc.defined()) n += static_cast<int64_t>(s.acc.nbytes());
   }
-  for (auto& b : impl_->buckets) {
-    if (b.acc.defined()) n += static_cast<int64_t>(b.acc.nbytes());
-  }
-  for (auto& [id, m] : impl_->masters) n += static_cast<int64_t>(m.data().nbytes());
+  if (impl_->ddp) n += impl_->ddp->held_bytes();
   return n;
 }
 

@@ -14,6 +14,7 @@
 #include "braid/core/rng.h"
 #include "braid/shard/checkpoint.h"
 #include "braid/shard/tensor_parallel.h"
+#include "ddp.h"
 #include "fsdp_impl.h"
 
 namespace braid::shard {
@@ -125,7 +126,7 @@ void ShardedModel::append_checkpoint_pieces(std::vector<Piece>& pieces,
         const Run r = run_of(up, s.shard);
         if (r.empty()) continue;
         emit("", up, r.lo - up.offset, r.hi - up.offset,
-             impl_->stage0_target(up).data().reshape({up.numel}), r.lo - up.offset);
+             impl_->ddp->target(up).data().reshape({up.numel}), r.lo - up.offset);
       }
     } else {
       UnitState& st_u = impl_->states[u];
@@ -257,7 +258,7 @@ void ShardedModel::load_parameters(const ShardedCheckpoint& ckpt,
     if (stage0) {
       Tensor whole = read_unit(ckpt, folder, "", s, true);
       for (auto& up : s.unit->params) {
-        nn::Parameter target = impl_->stage0_target(up);
+        nn::Parameter target = impl_->ddp->target(up);
         target.data().copy_(whole.narrow(0, up.offset, up.numel).view(up.shape));
         if (target.id() != up.param.id()) up.param.data().copy_(target.data());  // param_dtype
       }

@@ -42,22 +42,7 @@ struct UnitState {
   Tensor pending_flat;
 };
 
-// Stage 0 (DDP): a bucket of parameters reduced together (ddp.cc).
-struct Bucket {
-  struct Entry {
-    const UnitParam* param = nullptr;
-    int64_t offset = 0;  // in the bucket's flat buffer
-  };
-  std::vector<Entry> params;
-  int64_t numel = 0;
-  int64_t padded = 0;   // padded_numel(numel, world)
-  ShardInfo shard;      // this rank's part of the deterministic fold
-  int64_t pending = 0;  // parameters whose gradient this backward has not produced yet
-  bool launched = false;
-  // The step's accumulator in stage0_reduce_dtype: [shard.count] of the ordered fold
-  // (deterministic), or [padded] sums of all_reduces (undefined: none yet).
-  Tensor acc;
-};
+class DistributedDataParallel;  // ddp.h: stage 0
 
 struct ShardedModel::Impl {
   std::shared_ptr<ProcessGroup> pg;   // the caller's group
@@ -70,9 +55,9 @@ struct ShardedModel::Impl {
   // Where the flat buffers, shards and reductions live: cpu, or meta for a measurement run
   // (estimate_memory: meta parameters, no param_init, a 'meta' group).
   Device device = kCPU;
-  std::vector<UnitState> states;
-  std::vector<nn::Parameter> stage0_params;  // stage 0: the model's parameters, unit order
-  std::unique_ptr<CommQueue> queue;          // null without overlap
+  std::vector<UnitState> states;                 // stages 1-3
+  std::unique_ptr<DistributedDataParallel> ddp;  // stage 0 (spec.shard_optimizer_state false)
+  std::unique_ptr<CommQueue> queue;              // null without overlap
   // Unit indices in the order their forward / backward started in the first pass.
   std::vector<size_t> forward_order, backward_order;
   bool orders_done = false;
@@ -81,19 +66,6 @@ struct ShardedModel::Impl {
 
   // offload_param = kNvme (stage 3): the master shards' home between uses.
   std::unique_ptr<SwapStore> param_store;
-
-  // Stage 0 (ddp.cc).
-  std::vector<Bucket> buckets;
-  struct ParamUse {
-    size_t bucket = 0;
-    int owners = 0;     // Layers that register the parameter (tied: several)
-    int remaining = 0;  // owners whose backward has not ended in this pass
-  };
-  std::map<const void*, ParamUse> uses;          // by Parameter::id()
-  size_t next_bucket = 0;                        // the next bucket to launch in this backward
-  std::map<const void*, nn::Parameter> masters;  // 16-bit param_dtype_for: f32 masters by id
-  DType stage0_reduce_dtype = DType::kF32;       // precision.reduce_dtype, or comm_hook's
-  std::vector<std::pair<nn::Layer*, nn::ModuleHooks>> stage0_hooks;
 
   int world() const { return comm->size(); }  // the shard group's size
   // The group checkpoints are saved and loaded over (options.checkpoint_group, else pg);
@@ -120,18 +92,6 @@ struct ShardedModel::Impl {
   void unpark(UnitState& s);
   void park(UnitState& s, bool changed);
   void prefetch_shard_after(size_t unit, const std::vector<size_t>& order);
-
-  // Stage 0 (ddp.cc).
-  void build_buckets(nn::Layer& root, std::vector<Unit>& units);
-  void ddp_begin_backward();
-  void ddp_owner_done(nn::Module& owner);
-  void ddp_end_backward();
-  void launch_buckets(bool flush);
-  void reduce_bucket(Bucket& b);
-  void ddp_finish(double scale);
-  void ddp_broadcast_buffers(nn::Module& root);
-  // The parameter the optimizer steps for a unit parameter at stage 0 (its master, or itself).
-  nn::Parameter stage0_target(const UnitParam& up) const;
 };
 
 // The W blocks of an all_to_all result folded in rank order into acc (acc = acc + block, the

@@ -211,9 +211,10 @@ struct ShardingSpec {
 // f32 / bf16 / f16 or whose master_dtype or state_dtype is not f32.
 ShardingSpec resolve(const ShardingOptions& options, int world_size);
 
-class ShardedCheckpoint;  // checkpoint.h
-struct Piece;             // checkpoint.h
-struct UnitState;         // fsdp_impl.h
+class ShardedCheckpoint;        // checkpoint.h
+class DistributedDataParallel;  // shard/src/ddp.h (internal): stage 0
+struct Piece;                   // checkpoint.h
+struct UnitState;               // fsdp_impl.h
 
 // The rest of a training run's state, saved beside the model and optimizer in a sharded
 // checkpoint (Accelerate's save_state / load_state): the LR scheduler's and GradScaler's
@@ -346,6 +347,7 @@ class ShardedModel {
   void load_training_state(const ShardedCheckpoint& ckpt, const std::filesystem::path& folder,
                            const TrainingState& extra);
   struct Impl;
+  friend class DistributedDataParallel;  // stage 0 (shard/src/ddp.h) works on the Impl
   std::shared_ptr<nn::Layer> model_;
   ShardingOptions options_;
   ShardingSpec spec_;
