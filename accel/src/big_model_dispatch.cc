@@ -1,0 +1,368 @@
+// dispatch_model and load_checkpoint_and_dispatch (Accelerate's big_modeling.py): the plan —
+// which tensors stay on the CPU, which are streamed from disk by which layer, and where each
+// one's values are — checked whole before the model is touched. The run-time side is
+// big_model_dispatch_hooks.cc.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "big_model_dispatch_internal.h"
+#include "big_model_internal.h"
+#include "braid/core/env_checks.h"
+#include "braid/core/error.h"
+
+namespace braid::accel {
+
+namespace fs = std::filesystem;
+
+// ---- the handle --------------------------------------------------------------------------
+
+DispatchedModel::DispatchedModel() : impl_(std::make_unique<Impl>()) {}
+DispatchedModel::DispatchedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DispatchedModel::~DispatchedModel() = default;
+DispatchedModel::DispatchedModel(DispatchedModel&&) noexcept = default;
+DispatchedModel& DispatchedModel::operator=(DispatchedModel&&) noexcept = default;
+
+const DeviceMap& DispatchedModel::device_map() const {
+  static const DeviceMap kEmpty;
+  return impl_ ? impl_->device_map : kEmpty;
+}
+
+std::vector<std::string> DispatchedModel::offloaded_modules() const {
+  std::vector<std::string> out;
+  if (impl_) {
+    for (const DispatchUnit& u : impl_->units) out.push_back(u.name);
+  }
+  return out;
+}
+
+std::vector<std::string> DispatchedModel::execution_order() const {
+  return impl_ ? impl_->order_names() : std::vector<std::string>{};
+}
+
+DispatchStats DispatchedModel::stats() const {
+  return impl_ ? impl_->stats_copy() : DispatchStats{};
+}
+
+int64_t DispatchedModel::loaded_bytes() const {
+  return impl_ ? impl_->loaded_bytes() : 0;
+}
+
+void DispatchedModel::remove_hooks() {
+  if (impl_) impl_->remove();
+}
+
+namespace {
+
+using detail::is_within;
+
+std::string parent_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? "" : name.substr(0, dot);
+}
+
+// The map's devices: "cpu" and "disk" run; anything else is refused, naming the entry.
+DeviceMap checked_map(nn::Module& model, const DeviceMap& device_map) {
+  BRAID_CHECK(!device_map.empty(), kInvalidArgument,
+              "dispatch_model: the device map is empty (expected entries such as {\"\", "
+              "\"cpu\"} or infer_auto_device_map's result)");
+  DeviceMap map;
+  for (const auto& [name, device] : device_map) {
+    const std::string d = normalize_device(device);
+    BRAID_CHECK(d != "meta", kInvalidArgument, "dispatch_model: '", name,
+                "' is mapped to 'meta': a module on meta has no values to run with (map it to "
+                "'cpu' or 'disk')");
+    if (detail::is_gpu_device(d)) {
+      const Device dev = Device::parse(d);
+      BRAID_FAIL(kNotSupported, "dispatch_model: '", name, "' is mapped to ", d,
+                 "; braid's dispatch runs modules on the CPU only (its hooks see a layer, not "
+                 "its input, so they cannot move activations between devices), and this "
+                 "process sees ",
+                 device_count(dev.type), " ", device_type_name(dev.type),
+                 " devices. Map it to 'cpu' or 'disk'");
+    }
+    map.emplace_back(name, d);
+  }
+  check_device_map(model, map);
+  return map;
+}
+
+// The Layer whose forward brings tensor `name` in (Note [Dispatch units]).
+std::pair<std::string, nn::Layer*> unit_layer(nn::Module& model, const DeviceMap& map,
+                                              const std::string& name) {
+  std::string entry;
+  for (const auto& e : map) {
+    if (is_within(name, e.first) && (e.first.size() >= entry.size())) entry = e.first;
+  }
+  if (entry == name) entry = parent_of(name);  // an entry naming the tensor itself
+  const std::string owner = parent_of(name);
+  // Down from the entry along the tensor's path.
+  std::string path = entry;
+  for (;;) {
+    if (auto* layer = dynamic_cast<nn::Layer*>(&model.get_submodule(path))) return {path, layer};
+    if (path == owner) break;
+    const std::string rest = owner.substr(path.empty() ? 0 : path.size() + 1);
+    const std::string next = rest.substr(0, rest.find('.'));
+    path = path.empty() ? next : path + "." + next;
+  }
+  // Up from the entry.
+  for (path = entry; !path.empty();) {
+    path = parent_of(path);
+    if (auto* layer = dynamic_cast<nn::Layer*>(&model.get_submodule(path))) return {path, layer};
+  }
+  BRAID_FAIL(kInvalidArgument, "dispatch_model: '", name,
+             "' is mapped to disk, but no nn::Layer holds it (hooks run around a Layer's "
+             "forward; ",
+             model.type_name(), " is a plain Module)");
+}
+
+struct Plan {
+  std::vector<DispatchSlot> slots;
+  std::vector<bool> on_disk;  // per slot
+};
+
+// Every parameter handle (tied names together) and buffer, with the device the map gives it.
+Plan collect(nn::Module& model, const DeviceMap& map, bool offload_buffers) {
+  Plan plan;
+  auto device_of = [&](const std::string& name) { return device_for(map, name); };
+  for (auto& [name, p] : model.named_parameters(/*remove_duplicate=*/false)) {
+    auto it = std::find_if(plan.slots.begin(), plan.slots.end(),
+                           [&](const DispatchSlot& s) { return s.param.is(p); });
+    if (it != plan.slots.end()) {
+      it->names.push_back(name);
+      plan.on_disk[static_cast<size_t>(it - plan.slots.begin())] =
+          plan.on_disk[static_cast<size_t>(it - plan.slots.begin())] && device_of(name) == "disk";
+      continue;
+    }
+    DispatchSlot slot;
+    slot.names = {name};
+    slot.param = p;
+    slot.dtype = p.data().dtype();
+    slot.shape = p.data().shape();
+    plan.slots.push_back(std::move(slot));
+    plan.on_disk.push_back(device_of(name) == "disk");
+  }
+  for (auto& [name, t] : model.named_buffers()) {
+    std::string device = "cpu";  // a non-persistent buffer no entry covers stays where it is
+    try {
+      device = device_of(name);
+    } catch (const Error&) {
+    }
+    DispatchSlot slot;
+    slot.names = {name};
+    slot.owner = &model.get_submodule(parent_of(name));
+    slot.leaf = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+    slot.dtype = t.dtype();
+    slot.shape = t.shape();
+    plan.slots.push_back(std::move(slot));
+    plan.on_disk.push_back(offload_buffers && device == "disk");
+  }
+  return plan;
+}
+
+// Where each slot's values are: the state_dict, else the offload index. False when neither.
+bool find_source(DispatchSlot& slot, const std::map<std::string, Tensor>& memory,
+                 const OffloadIndex& index, const fs::path& folder) {
+  for (const std::string& n : slot.names) {
+    auto it = memory.find(n);
+    if (it == memory.end()) continue;
+    BRAID_CHECK(it->second.shape() == slot.shape && !it->second.device().is_meta(),
+                kInvalidArgument, "dispatch_model: state_dict tensor '", n, "' is ",
+                shape_str(it->second.shape()), " on ", it->second.device().str(),
+                "; the model's is ", shape_str(slot.shape), " (expected values of that shape)");
+    slot.memory = it->second.device().is_cpu() ? it->second : it->second.to(kCPU);
+    return true;
+  }
+  for (const std::string& n : slot.names) {
+    auto it = index.find(n);
+    if (it == index.end()) continue;
+    const OffloadedWeight& w = it->second;
+    BRAID_CHECK(w.shape == slot.shape, kInvalidArgument, "dispatch_model: offload index entry '", n,
+                "' in '", folder.string(), "' has shape ", shape_str(w.shape),
+                " but the model's tensor has shape ", shape_str(slot.shape));
+    slot.file = folder / (n + ".dat");
+    slot.info = w;
+    std::error_code ec;
+    const auto size = fs::file_size(slot.file, ec);
+    BRAID_CHECK(!ec, kIo, "dispatch_model: '", slot.names[0], "' is read from offload file '",
+                slot.file.string(), "', which cannot be read (", ec.message(), ")");
+    const auto need = static_cast<uintmax_t>(shape_numel(w.shape)) * dtype_size(w.dtype);
+    BRAID_CHECK(size == need, kCorruptData, "dispatch_model: offload file '", slot.file.string(),
+                "' holds ", size, " bytes, but its index entry (", w.dtype, " ", shape_str(w.shape),
+                ") needs ", need);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// ---- dispatch_model ----------------------------------------------------------------------
+
+DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
+                               DispatchOptions options) {
+  if (!options.main_device.empty()) {
+    const std::string d = normalize_device(options.main_device);
+    BRAID_CHECK(d == "cpu", kNotSupported, "dispatch_model: main_device '", options.main_device,
+                "': braid's dispatch runs modules on the CPU only (expected 'cpu' or empty)");
+  }
+  auto impl = std::make_unique<DispatchedModel::Impl>();
+  impl->device_map = checked_map(model, device_map);
+  impl->prefetch = options.prefetch;
+  impl->timeout = options.timeout;
+  const DeviceMap& map = impl->device_map;
+
+  // Checks first: nothing below the next comment changes the model.
+  Plan plan = collect(model, map, options.offload_buffers);
+  std::map<std::string, Tensor> memory;
+  for (auto& [name, t] : options.state_dict) memory.emplace(name, t);
+  OffloadIndex index = options.offload_index ? *options.offload_index
+                                             : (options.offload_dir.empty()
+                                                    ? OffloadIndex{}
+                                                    : load_offload_index(options.offload_dir));
+  std::vector<size_t> to_write, to_load;
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    DispatchSlot& slot = plan.slots[i];
+    const bool meta = slot.data().device().is_meta();
+    if (!meta && plan.on_disk[i]) {
+      // Values in the module: written to the folder (the model is the truth), unless the
+      // state_dict holds them.
+      if (find_source(slot, memory, {}, {})) continue;
+      BRAID_CHECK(!options.offload_dir.empty(), kInvalidArgument, "dispatch_model: '",
+                  slot.names[0],
+                  "' is mapped to disk and holds values; pass offload_dir (where they are "
+                  "written) or a state_dict holding them");
+      to_write.push_back(i);
+      continue;
+    }
+    if (!meta) continue;  // a CPU tensor that runs in place
+    const bool found = find_source(slot, memory, index, options.offload_dir);
+    BRAID_CHECK(
+        found, kInvalidArgument, "dispatch_model: '", slot.names[0], "' is mapped to ",
+        plan.on_disk[i] ? "disk" : "cpu", " and still on the meta device, but no source holds it (",
+        options.offload_dir.empty() ? std::string("no offload_dir given")
+                                    : "not in the index of '" + options.offload_dir.string() + "'",
+        ", not in the state_dict); load it first (load_checkpoint_in_model)");
+    if (!plan.on_disk[i]) to_load.push_back(i);
+  }
+  // Units: the layer of each name of each disk slot.
+  std::map<nn::Layer*, size_t> unit_of;
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    if (!plan.on_disk[i]) continue;
+    for (const std::string& n : plan.slots[i].names) {
+      auto [path, layer] = unit_layer(model, map, n);
+      auto [it, added] = unit_of.emplace(layer, impl->units.size());
+      if (added) impl->units.push_back(DispatchUnit{path, layer, {}, 0});
+      DispatchUnit& unit = impl->units[it->second];
+      if (std::find(unit.slots.begin(), unit.slots.end(), i) != unit.slots.end()) continue;
+      unit.slots.push_back(i);
+    }
+  }
+  impl->root = dynamic_cast<nn::Layer*>(&model);
+  if (!impl->units.empty()) impl->check_hooks_free();
+
+  // Now the model changes: disk values written out, CPU tensors on meta loaded.
+  if (!to_write.empty()) {
+    fs::create_directories(options.offload_dir);
+    OffloadIndex written;
+    for (size_t i : to_write) {
+      DispatchSlot& slot = plan.slots[i];
+      offload_weight(slot.data(), slot.names[0], options.offload_dir, &written);
+      slot.file = options.offload_dir / (slot.names[0] + ".dat");
+      slot.info = written.at(slot.names[0]);
+    }
+    save_offload_index(written, options.offload_dir);
+  }
+  for (size_t i : to_load) plan.slots[i].data() = plan.slots[i].read();
+  std::vector<size_t> keep(plan.slots.size(), SIZE_MAX);  // slot index -> kept index
+  for (size_t i = 0; i < plan.slots.size(); ++i) {
+    if (!plan.on_disk[i]) continue;
+    DispatchSlot& slot = plan.slots[i];
+    slot.data() = Tensor::empty(slot.shape, slot.dtype, kMeta);
+    keep[i] = impl->slots.size();
+    impl->slots.push_back(std::move(slot));
+  }
+  for (DispatchUnit& unit : impl->units) {
+    for (size_t& s : unit.slots) {
+      s = keep[s];
+      unit.bytes += static_cast<int64_t>(shape_numel(impl->slots[s].shape) *
+                                         static_cast<int64_t>(dtype_size(impl->slots[s].dtype)));
+    }
+  }
+  // Units in model order (named_modules), so offloaded_modules() reads like the map.
+  std::map<nn::Module*, size_t> rank;
+  for (auto& [name, m] : model.named_modules()) rank.emplace(m, rank.size());
+  std::stable_sort(impl->units.begin(), impl->units.end(),
+                   [&](const auto& a, const auto& b) { return rank[a.layer] < rank[b.layer]; });
+  if (!impl->units.empty()) impl->install();
+  return DispatchedModel(std::move(impl));
+}
+
+// ---- load_checkpoint_and_dispatch --------------------------------------------------------
+
+namespace {
+
+bool uses_disk(const DeviceMap& map) {
+  return std::any_of(map.begin(), map.end(),
+                     [](const auto& e) { return normalize_device(e.second) == "disk"; });
+}
+
+DeviceMap infer_map(nn::Module& model, const std::string& strategy,
+                    const LoadAndDispatchOptions& options) {
+  static const std::set<std::string> kStrategies = {"auto", "balanced", "balanced_low_0",
+                                                    "sequential"};
+  BRAID_CHECK(kStrategies.count(strategy) > 0, kInvalidArgument,
+              "load_checkpoint_and_dispatch: device_map '", strategy,
+              "' is not a map or one of 'auto', 'balanced', 'balanced_low_0', 'sequential'");
+  auto infer = [&](const std::optional<MaxMemory>& limits) {
+    std::optional<MaxMemory> budget = limits;
+    if (strategy != "sequential") {
+      budget = get_balanced_memory(model, budget,
+                                   {.no_split_module_classes = options.no_split_module_classes,
+                                    .dtype = options.dtype,
+                                    .low_zero = strategy == "balanced_low_0"});
+    }
+    return infer_auto_device_map(model, budget,
+                                 {.no_split_module_classes = options.no_split_module_classes,
+                                  .dtype = options.dtype,
+                                  .offload_buffers = options.offload_buffers});
+  };
+  DeviceMap map = infer(options.max_memory);
+  if (!options.prefetch || !uses_disk(map)) return map;
+  // The layer read ahead needs room too: the CPU limit loses the largest layer.
+  const int64_t largest =
+      calculate_maximum_sizes(model, options.no_split_module_classes).largest_layer.size;
+  MaxMemory limits;
+  for (const DeviceBudget& b : get_max_memory(options.max_memory)) {
+    limits.emplace(b.device, b.device == "cpu" ? std::max<int64_t>(0, b.bytes - largest) : b.bytes);
+  }
+  return infer(limits);
+}
+
+}  // namespace
+
+DispatchedModel load_checkpoint_and_dispatch(nn::Module& model, const fs::path& checkpoint,
+                                             const LoadAndDispatchOptions& options) {
+  DeviceMap map;
+  if (const auto* strategy = std::get_if<std::string>(&options.device_map)) {
+    map = infer_map(model, *strategy, options);
+  } else {
+    map = std::get<DeviceMap>(options.device_map);
+  }
+  const bool disk = uses_disk(map);
+  load_checkpoint_in_model(model, checkpoint,
+                           {.device_map = map,
+                            .offload_folder = options.offload_folder,
+                            .dtype = options.dtype,
+                            .offload_state_dict = options.offload_state_dict.value_or(disk),
+                            .offload_buffers = options.offload_buffers,
+                            .strict = options.strict});
+  if (map.empty()) return DispatchedModel();
+  return dispatch_model(model, map,
+                        {.offload_dir = options.offload_folder,
+                         .offload_buffers = options.offload_buffers,
+                         .prefetch = options.prefetch,
+                         .timeout = options.timeout});
+}
+
+}  // namespace braid::accel
