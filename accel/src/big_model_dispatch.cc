@@ -10,6 +10,8 @@
 #include "big_model_internal.h"
 #include "braid/core/env_checks.h"
 #include "braid/core/error.h"
+#include "braid/core/file_util.h"
+#include "braid/tensor/checkpoint_names.h"
 
 namespace braid::accel {
 
@@ -17,11 +19,19 @@ namespace fs = std::filesystem;
 
 // ---- the handle --------------------------------------------------------------------------
 
-DispatchedModel::DispatchedModel() : impl_(std::make_unique<Impl>()) {}
-DispatchedModel::DispatchedModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-DispatchedModel::~DispatchedModel() = default;
+DispatchedModel::DispatchedModel() : impl_(std::make_shared<Impl>()) {}
+DispatchedModel::DispatchedModel(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DispatchedModel::~DispatchedModel() {
+  if (impl_) impl_->remove();
+}
 DispatchedModel::DispatchedModel(DispatchedModel&&) noexcept = default;
-DispatchedModel& DispatchedModel::operator=(DispatchedModel&&) noexcept = default;
+DispatchedModel& DispatchedModel::operator=(DispatchedModel&& other) noexcept {
+  if (this != &other) {
+    if (impl_) impl_->remove();
+    impl_ = std::move(other.impl_);
+  }
+  return *this;
+}
 
 const DeviceMap& DispatchedModel::device_map() const {
   static const DeviceMap kEmpty;
@@ -116,6 +126,58 @@ std::pair<std::string, nn::Layer*> unit_layer(nn::Module& model, const DeviceMap
              model.type_name(), " is a plain Module)");
 }
 
+// DispatchOptions::checkpoint: every safetensors file of it, open (memory-mapped).
+std::vector<std::unique_ptr<SafetensorsFile>> open_checkpoint(const fs::path& checkpoint) {
+  std::vector<fs::path> files;
+  auto from_index = [&](const fs::path& index) {
+    std::set<std::string> names;
+    for (const auto& [tensor, file] :
+         parse_safetensors_index(read_file(index), index.string()).weight_map) {
+      names.insert(file);
+    }
+    for (const std::string& f : names) files.push_back(index.parent_path() / f);
+  };
+  if (fs::is_regular_file(checkpoint)) {
+    if (checkpoint.extension() == ".json") {
+      from_index(checkpoint);
+    } else {
+      files.push_back(checkpoint);
+    }
+  } else {
+    BRAID_CHECK(fs::is_directory(checkpoint), kIo, "dispatch_model: checkpoint '",
+                checkpoint.string(),
+                "' does not exist (expected a .safetensors file, an index .json or a folder)");
+    if (fs::is_regular_file(checkpoint / kSafeWeightsName)) {
+      files.push_back(checkpoint / kSafeWeightsName);
+    } else {
+      std::vector<fs::path> indexes;
+      for (const auto& entry : fs::directory_iterator(checkpoint)) {
+        if (entry.path().filename().string().ends_with(".index.json")) {
+          indexes.push_back(entry.path());
+        }
+      }
+      BRAID_CHECK(indexes.size() == 1, kInvalidArgument, "dispatch_model: checkpoint folder '",
+                  checkpoint.string(), "' holds no ", kSafeWeightsName, " and ", indexes.size(),
+                  " *.index.json files (expected exactly one)");
+      from_index(indexes[0]);
+    }
+  }
+  std::vector<std::unique_ptr<SafetensorsFile>> out;
+  for (const fs::path& f : files) {
+    auto file = std::make_unique<SafetensorsFile>(SafetensorsFile::open(f));
+    auto format = file->metadata().find("format");
+    BRAID_CHECK(format == file->metadata().end() || format->second == "pt", kInvalidArgument,
+                "dispatch_model: '", f.string(), "' was saved with format '",
+                format == file->metadata().end() ? "" : format->second,
+                "'; braid needs the pt layout");
+    out.push_back(std::move(file));
+  }
+  return out;
+}
+
+// Tensor name -> the checkpoint file holding it.
+using CheckpointTensors = std::map<std::string, const SafetensorsFile*>;
+
 struct Plan {
   std::vector<DispatchSlot> slots;
   std::vector<bool> on_disk;  // per slot
@@ -162,7 +224,8 @@ Plan collect(nn::Module& model, const DeviceMap& map, bool offload_buffers) {
 
 // Where each slot's values are: the state_dict, else the offload index. False when neither.
 bool find_source(DispatchSlot& slot, const std::map<std::string, Tensor>& memory,
-                 const OffloadIndex& index, const fs::path& folder) {
+                 const OffloadIndex& index, const fs::path& folder,
+                 const CheckpointTensors& checkpoint) {
   for (const std::string& n : slot.names) {
     auto it = memory.find(n);
     if (it == memory.end()) continue;
@@ -192,6 +255,17 @@ bool find_source(DispatchSlot& slot, const std::map<std::string, Tensor>& memory
                 ") needs ", need);
     return true;
   }
+  for (const std::string& n : slot.names) {
+    auto it = checkpoint.find(n);
+    if (it == checkpoint.end()) continue;
+    const SafetensorsEntry& e = it->second->info(n);
+    BRAID_CHECK(e.shape == slot.shape, kInvalidArgument, "dispatch_model: checkpoint tensor '", n,
+                "' in '", it->second->path().string(), "' has shape ", shape_str(e.shape),
+                " but the model's tensor has shape ", shape_str(slot.shape));
+    slot.safetensors = it->second;
+    slot.safetensors_name = n;
+    return true;
+  }
   return false;
 }
 
@@ -206,7 +280,7 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
     BRAID_CHECK(d == "cpu", kNotSupported, "dispatch_model: main_device '", options.main_device,
                 "': braid's dispatch runs modules on the CPU only (expected 'cpu' or empty)");
   }
-  auto impl = std::make_unique<DispatchedModel::Impl>();
+  auto impl = std::make_shared<DispatchedModel::Impl>();
   impl->device_map = checked_map(model, device_map);
   impl->prefetch = options.prefetch;
   impl->timeout = options.timeout;
@@ -220,6 +294,13 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
                                              : (options.offload_dir.empty()
                                                     ? OffloadIndex{}
                                                     : load_offload_index(options.offload_dir));
+  impl->checkpoint_files = options.checkpoint.empty()
+                               ? std::vector<std::unique_ptr<SafetensorsFile>>{}
+                               : open_checkpoint(options.checkpoint);
+  CheckpointTensors checkpoint;
+  for (const auto& file : impl->checkpoint_files) {
+    for (const SafetensorsEntry& e : file->entries()) checkpoint.emplace(e.name, file.get());
+  }
   std::vector<size_t> to_write, to_load;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     DispatchSlot& slot = plan.slots[i];
@@ -227,7 +308,7 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
     if (!meta && plan.on_disk[i]) {
       // Values in the module: written to the folder (the model is the truth), unless the
       // state_dict holds them.
-      if (find_source(slot, memory, {}, {})) continue;
+      if (find_source(slot, memory, {}, {}, {})) continue;
       BRAID_CHECK(!options.offload_dir.empty(), kInvalidArgument, "dispatch_model: '",
                   slot.names[0],
                   "' is mapped to disk and holds values; pass offload_dir (where they are "
@@ -236,13 +317,16 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
       continue;
     }
     if (!meta) continue;  // a CPU tensor that runs in place
-    const bool found = find_source(slot, memory, index, options.offload_dir);
+    const bool found = find_source(slot, memory, index, options.offload_dir, checkpoint);
     BRAID_CHECK(
         found, kInvalidArgument, "dispatch_model: '", slot.names[0], "' is mapped to ",
-        plan.on_disk[i] ? "disk" : "cpu", " and still on the meta device, but no source holds it (",
-        options.offload_dir.empty() ? std::string("no offload_dir given")
+        plan.on_disk[i] ? "disk" : "cpu",
+        " and still on the meta device, but no source holds it (not in the state_dict, ",
+        options.offload_dir.empty() ? std::string("no offload_dir")
                                     : "not in the index of '" + options.offload_dir.string() + "'",
-        ", not in the state_dict); load it first (load_checkpoint_in_model)");
+        options.checkpoint.empty() ? std::string(", no checkpoint")
+                                   : ", not in checkpoint '" + options.checkpoint.string() + "'",
+        "); load it first (load_checkpoint_in_model)");
     if (!plan.on_disk[i]) to_load.push_back(i);
   }
   // Units: the layer of each name of each disk slot.
@@ -350,8 +434,15 @@ DispatchedModel load_checkpoint_and_dispatch(nn::Module& model, const fs::path& 
     map = std::get<DeviceMap>(options.device_map);
   }
   const bool disk = uses_disk(map);
+  DeviceMap load_map = map;
+  if (options.offload_from_checkpoint) {
+    open_checkpoint(checkpoint);  // a safetensors checkpoint, checked before anything loads
+    for (auto& [name, device] : load_map) {
+      if (normalize_device(device) == "disk") device = "meta";  // read at each forward instead
+    }
+  }
   load_checkpoint_in_model(model, checkpoint,
-                           {.device_map = map,
+                           {.device_map = load_map,
                             .offload_folder = options.offload_folder,
                             .dtype = options.dtype,
                             .offload_state_dict = options.offload_state_dict.value_or(disk),
@@ -360,6 +451,7 @@ DispatchedModel load_checkpoint_and_dispatch(nn::Module& model, const fs::path& 
   if (map.empty()) return DispatchedModel();
   return dispatch_model(model, map,
                         {.offload_dir = options.offload_folder,
+                         .checkpoint = options.offload_from_checkpoint ? checkpoint : fs::path(),
                          .offload_buffers = options.offload_buffers,
                          .prefetch = options.prefetch,
                          .timeout = options.timeout});

@@ -13,16 +13,23 @@
 
 #include "big_model_dispatch_internal.h"
 #include "braid/core/error.h"
+#include "braid/core/logging.h"
 
 namespace braid::accel {
 
 Tensor DispatchSlot::read() const {
+  if (safetensors) {  // a view of the file's map: copied out (converted) so the model owns it
+    const Tensor view = safetensors->get(safetensors_name);
+    return view.dtype() == dtype ? view.clone() : view.to(dtype);
+  }
   Tensor t = memory.defined() ? memory : load_offloaded_weight(file, info);
   return t.dtype() == dtype ? t : t.to(dtype);
 }
 
 DispatchedModel::Impl::~Impl() {
-  remove();
+  // The handle ran remove(); a worker left to finish a stalled read may be the last owner,
+  // and it runs this destructor on its own thread.
+  if (worker_.joinable()) worker_.detach();
 }
 
 void DispatchedModel::Impl::check_hooks_free() const {
@@ -65,22 +72,38 @@ void DispatchedModel::Impl::install() {
     hooked_.push_back(root);
   }
   installed_ = true;
-  if (prefetch && units.size() >= 2) worker_ = std::thread([this] { worker_loop(); });
+  if (prefetch && units.size() >= 2) {
+    worker_ = std::thread([self = shared_from_this()] { self->worker_loop(); });
+  }
 }
 
 void DispatchedModel::Impl::remove() {
   if (!installed_) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
+  if (worker_.joinable()) {
+    std::unique_lock<std::mutex> lk(mu_);
     stop_ = true;
+    cv_.notify_all();
+    if (cv_.wait_for(lk, timeout, [&] { return worker_exited_; })) {
+      lk.unlock();
+      worker_.join();
+    } else {
+      BRAID_LOG(kWarning) << "dispatch_model: the background read of '" << units[staged_].name
+                          << "' did not finish within " << timeout.count()
+                          << " ms; it is left to finish on its own thread";
+      lk.unlock();
+      worker_.detach();
+    }
   }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();  // a read in flight finishes first (a local file)
   for (nn::Layer* layer : hooked_) layer->set_hooks({});
   hooked_.clear();
   free_all();
-  stage_ = Stage::kIdle;
-  staged_tensors_.clear();
+  {
+    std::lock_guard<std::mutex> lk(mu_);  // a detached worker may still be finishing
+    stop_ = true;
+    stage_ = Stage::kIdle;
+    staged_tensors_.clear();
+    staged_error_ = nullptr;
+  }
   installed_ = false;
 }
 
@@ -232,7 +255,11 @@ void DispatchedModel::Impl::worker_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || (stage_ == Stage::kLoading && !reading_); });
-    if (stop_) return;
+    if (stop_) {
+      worker_exited_ = true;
+      cv_.notify_all();
+      return;
+    }
     const size_t u = staged_;
     reading_ = true;
     lk.unlock();

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -31,10 +32,13 @@ struct DispatchSlot {
   std::string leaf;
   DType dtype = DType::kF32;  // what the model holds (values are converted to it)
   Shape shape;
-  // The source: an in-memory tensor (state_dict), else a .dat file described by `info`.
+  // The source: an in-memory tensor (state_dict), a .dat file described by `info`, or a
+  // tensor of a safetensors file (its memory map, kept open by the Impl).
   Tensor memory;
   std::filesystem::path file;
   OffloadedWeight info;
+  const SafetensorsFile* safetensors = nullptr;
+  std::string safetensors_name;
   int users = 0;  // units running that use it (forward thread only)
 
   Tensor& data() { return param.defined() ? param.data() : owner->buffer(leaf); }
@@ -50,8 +54,9 @@ struct DispatchUnit {
   int64_t bytes = 0;
 };
 
-struct DispatchedModel::Impl {
+struct DispatchedModel::Impl : std::enable_shared_from_this<DispatchedModel::Impl> {
   DeviceMap device_map;
+  std::vector<std::unique_ptr<SafetensorsFile>> checkpoint_files;  // DispatchOptions::checkpoint
   std::vector<DispatchSlot> slots;
   std::vector<DispatchUnit> units;
   nn::Layer* root = nullptr;  // the model when it is a Layer (a pass starts and ends there)
@@ -67,7 +72,9 @@ struct DispatchedModel::Impl {
   void check_hooks_free() const;
   // Sets the hooks (and starts the prefetch thread when there are two units or more).
   void install();
-  // Stops the thread, removes the hooks, puts every slot back on meta. Idempotent.
+  // Stops the thread (waiting at most `timeout` for a read in flight, then leaving it to
+  // finish on its own: the thread holds a reference to this Impl), removes the hooks, puts
+  // every slot back on meta. Idempotent.
   void remove();
 
   std::vector<std::string> order_names() const;
@@ -107,6 +114,7 @@ struct DispatchedModel::Impl {
   size_t staged_ = 0;  // the unit of the read in flight / ready / failed
   bool reading_ = false;
   bool stop_ = false;
+  bool worker_exited_ = false;
   std::vector<Tensor> staged_tensors_;
   std::exception_ptr staged_error_;
   DispatchStats stats_;

@@ -3,10 +3,14 @@
 // blocks to disk, generate the same tokens and the same logits, bit for bit, as the whole model
 // in memory, while the CPU allocator's peak stays under the limit (half the model); the prefetch
 // order; hooks removed with the handle; errors naming what is wrong.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "bigmodel_test_util.h"
 #include "braid/accel/big_model.h"
@@ -99,7 +103,8 @@ bool on_meta(nn::Module& model, const std::string& module) {
 // (weights, the block read ahead, activations) under half the model.
 template <typename Model, typename Config, typename SaveFn>
 void generate_under_half_the_model(const Config& cfg, const std::string& block_class,
-                                   const std::string& blocks, SaveFn save) {
+                                   const std::string& blocks, SaveFn save,
+                                   bool from_checkpoint = false) {
   TempDir dir;
   Reference ref;
   int64_t model_bytes = 0;
@@ -129,7 +134,10 @@ void generate_under_half_the_model(const Config& cfg, const std::string& block_c
                                    {.device_map = "auto",
                                     .max_memory = MaxMemory{{"cpu", max_memory}, {"disk", 0}},
                                     .no_split_module_classes = {block_class},
-                                    .offload_folder = dir.path() / "offload"});
+                                    .offload_folder = dir.path() / "offload",
+                                    .offload_from_checkpoint = from_checkpoint});
+  // Streaming from the checkpoint's memory map: no .dat copy is written.
+  EXPECT_EQ(fs::exists(dir.path() / "offload" / "index.json"), !from_checkpoint);
   const std::vector<std::string> offloaded = dispatched.offloaded_modules();
   ASSERT_GE(offloaded.size(), 4u);
   EXPECT_EQ(offloaded.front().rfind(blocks, 0), 0u) << offloaded.front();  // blocks go first
@@ -161,6 +169,13 @@ TEST(Dispatch, GptGeneratesUnderHalfItsSizeBitForBit) {
   generate_under_half_the_model<nn::GPT>(
       gpt_config(), "GPT2Block", "transformer.h.",
       [](const nn::GPT& m, const fs::path& p) { nn::save_pretrained(m, p); });
+}
+
+TEST(Dispatch, GptStreamsFromItsSafetensorsCheckpoint) {
+  generate_under_half_the_model<nn::GPT>(
+      gpt_config(), "GPT2Block", "transformer.h.",
+      [](const nn::GPT& m, const fs::path& p) { nn::save_pretrained(m, p, "100KB"); },
+      /*from_checkpoint=*/true);
 }
 
 TEST(Dispatch, LlamaGeneratesUnderHalfItsSizeBitForBit) {
@@ -365,6 +380,35 @@ TEST(Dispatch, MissingOffloadFile) {
   // No folder and no state_dict: nothing holds the meta tensors.
   expect_error([&] { dispatch_model(*gpt, blocks_on_disk()); }, ErrorKind::kInvalidArgument,
                "transformer.h.0.ln_1.weight' is mapped to disk and still on the meta device");
+}
+
+TEST(Dispatch, StalledReadTimesOut) {
+  // A .dat replaced by a FIFO nobody writes: the background read blocks in open(). The
+  // forward that needs it fails with kTimeout at the deadline, and removing the hooks does not
+  // wait for the stuck thread longer than that either.
+  TempDir dir;
+  auto gpt = whole_gpt();
+  DispatchedModel d =
+      dispatch_model(*gpt, blocks_on_disk(),
+                     {.offload_dir = dir.path(), .timeout = std::chrono::milliseconds(200)});
+  forward(*gpt);  // records the order
+  const fs::path file = dir.path() / "transformer.h.5.mlp.c_fc.weight.dat";
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  expect_error([&] { forward(*gpt); }, ErrorKind::kTimeout,
+               "waited 200 ms for the background read of 'transformer.h.5'");
+  d.remove_hooks();  // the worker is still blocked: it is left to finish on its own
+  EXPECT_TRUE(no_hooks(*gpt));
+  EXPECT_TRUE(on_meta(*gpt, "transformer.h"));
+  // Let it finish: a writer opens and closes the FIFO, the read fails, the thread exits.
+  int fd = -1;
+  for (int i = 0; i < 200 && fd < 0; ++i) {
+    fd = ::open(file.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // courtesy, not a check
 }
 
 TEST(Dispatch, BadMaps) {

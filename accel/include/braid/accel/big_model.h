@@ -299,6 +299,10 @@ struct DispatchOptions {
   std::filesystem::path offload_dir{};
   // The index to use instead of <offload_dir>/index.json.
   std::optional<OffloadIndex> offload_index{};
+  // A safetensors checkpoint (a file, an index .json, or a folder holding model.safetensors or
+  // one *.index.json) that tensors found in no source above are read from, through its memory
+  // map: no .dat copy (transformers' "safetensors_file" offload entries).
+  std::filesystem::path checkpoint{};
   // Buffers of disk modules are streamed too (else they stay on the CPU, loaded).
   bool offload_buffers = false;
   // While a disk module runs, the next one in the order recorded on the first forward is read
@@ -339,15 +343,17 @@ class DispatchedModel {
   DispatchStats stats() const;
   // Bytes of offloaded tensors loaded into modules now (0 between forwards).
   int64_t loaded_bytes() const;
-  // Stops the prefetch thread and removes every hook now (the destructor does it too).
+  // Stops the prefetch thread and removes every hook now (the destructor does it too). A read
+  // still in flight after DispatchOptions::timeout (a stalled file system) is left to finish
+  // on its own thread, which keeps what it needs alive: this never hangs.
   void remove_hooks();
 
   struct Impl;
 
  private:
-  explicit DispatchedModel(std::unique_ptr<Impl> impl);
+  explicit DispatchedModel(std::shared_ptr<Impl> impl);
   friend DispatchedModel dispatch_model(nn::Module&, const DeviceMap&, DispatchOptions);
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the prefetch thread
 };
 
 // The seed's dispatch_model, for the CPU: modules mapped to "cpu" run in place (their tensors
@@ -376,6 +382,10 @@ struct LoadAndDispatchOptions {
   std::optional<DType> dtype{};
   // Unset: true when the map uses disk (Accelerate's default).
   std::optional<bool> offload_state_dict{};
+  // Disk tensors are read from the (safetensors) checkpoint itself at each forward instead of
+  // being copied into offload_folder (DispatchOptions::checkpoint); offload_folder is then not
+  // needed. Off: Accelerate's .dat files.
+  bool offload_from_checkpoint = false;
   bool strict = false;
   bool prefetch = true;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
