@@ -273,51 +273,55 @@ bool find_source(DispatchSlot& slot, const std::map<std::string, Tensor>& memory
 
 // ---- dispatch_model ----------------------------------------------------------------------
 
-DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
-                               DispatchOptions options) {
-  if (!options.main_device.empty()) {
-    const std::string d = normalize_device(options.main_device);
-    BRAID_CHECK(d == "cpu", kNotSupported, "dispatch_model: main_device '", options.main_device,
-                "': braid's dispatch runs modules on the CPU only (expected 'cpu' or empty)");
-  }
-  auto impl = std::make_shared<DispatchedModel::Impl>();
-  impl->device_map = checked_map(model, device_map);
-  impl->prefetch = options.prefetch;
-  impl->timeout = options.timeout;
-  const DeviceMap& map = impl->device_map;
+namespace {
 
-  // Checks first: nothing below the next comment changes the model.
-  Plan plan = collect(model, map, options.offload_buffers);
+// Where values come from (DispatchOptions: state_dict, offload folder, checkpoint).
+struct Sources {
   std::map<std::string, Tensor> memory;
-  for (auto& [name, t] : options.state_dict) memory.emplace(name, t);
-  OffloadIndex index = options.offload_index ? *options.offload_index
-                                             : (options.offload_dir.empty()
-                                                    ? OffloadIndex{}
-                                                    : load_offload_index(options.offload_dir));
-  impl->checkpoint_files = options.checkpoint.empty()
-                               ? std::vector<std::unique_ptr<SafetensorsFile>>{}
-                               : open_checkpoint(options.checkpoint);
+  OffloadIndex index;
   CheckpointTensors checkpoint;
-  for (const auto& file : impl->checkpoint_files) {
-    for (const SafetensorsEntry& e : file->entries()) checkpoint.emplace(e.name, file.get());
+};
+
+Sources open_sources(const DispatchOptions& options, DispatchedModel::Impl& impl) {
+  Sources out;
+  for (const auto& [name, t] : options.state_dict) out.memory.emplace(name, t);
+  if (options.offload_index) {
+    out.index = *options.offload_index;
+  } else if (!options.offload_dir.empty()) {
+    out.index = load_offload_index(options.offload_dir);
   }
+  if (!options.checkpoint.empty()) impl.checkpoint_files = open_checkpoint(options.checkpoint);
+  for (const auto& file : impl.checkpoint_files) {
+    for (const SafetensorsEntry& e : file->entries()) out.checkpoint.emplace(e.name, file.get());
+  }
+  return out;
+}
+
+// What dispatch will change: disk tensors holding values (written to the folder) and CPU
+// tensors still on meta (read once). Finds every other slot that needs one its source.
+struct Changes {
   std::vector<size_t> to_write, to_load;
+};
+
+Changes plan_sources(Plan& plan, const Sources& sources, const DispatchOptions& options) {
+  Changes out;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     DispatchSlot& slot = plan.slots[i];
     const bool meta = slot.data().device().is_meta();
-    if (!meta && plan.on_disk[i]) {
+    if (!meta && !plan.on_disk[i]) continue;  // a CPU tensor that runs in place
+    if (!meta) {
       // Values in the module: written to the folder (the model is the truth), unless the
       // state_dict holds them.
-      if (find_source(slot, memory, {}, {}, {})) continue;
+      if (find_source(slot, sources.memory, {}, {}, {})) continue;
       BRAID_CHECK(!options.offload_dir.empty(), kInvalidArgument, "dispatch_model: '",
                   slot.names[0],
                   "' is mapped to disk and holds values; pass offload_dir (where they are "
                   "written) or a state_dict holding them");
-      to_write.push_back(i);
+      out.to_write.push_back(i);
       continue;
     }
-    if (!meta) continue;  // a CPU tensor that runs in place
-    const bool found = find_source(slot, memory, index, options.offload_dir, checkpoint);
+    const bool found =
+        find_source(slot, sources.memory, sources.index, options.offload_dir, sources.checkpoint);
     BRAID_CHECK(
         found, kInvalidArgument, "dispatch_model: '", slot.names[0], "' is mapped to ",
         plan.on_disk[i] ? "disk" : "cpu",
@@ -327,29 +331,42 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
         options.checkpoint.empty() ? std::string(", no checkpoint")
                                    : ", not in checkpoint '" + options.checkpoint.string() + "'",
         "); load it first (load_checkpoint_in_model)");
-    if (!plan.on_disk[i]) to_load.push_back(i);
+    if (!plan.on_disk[i]) out.to_load.push_back(i);
   }
-  // Units: the layer of each name of each disk slot.
+  return out;
+}
+
+// The units (Note [Dispatch units]): for each name of each disk slot, its layer; slot indexes
+// are the plan's.
+std::vector<DispatchUnit> find_units(nn::Module& model, const DeviceMap& map, const Plan& plan) {
+  std::vector<DispatchUnit> units;
   std::map<nn::Layer*, size_t> unit_of;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     if (!plan.on_disk[i]) continue;
     for (const std::string& n : plan.slots[i].names) {
       auto [path, layer] = unit_layer(model, map, n);
-      auto [it, added] = unit_of.emplace(layer, impl->units.size());
-      if (added) impl->units.push_back(DispatchUnit{path, layer, {}, 0});
-      DispatchUnit& unit = impl->units[it->second];
-      if (std::find(unit.slots.begin(), unit.slots.end(), i) != unit.slots.end()) continue;
-      unit.slots.push_back(i);
+      auto [it, added] = unit_of.emplace(layer, units.size());
+      if (added) units.push_back(DispatchUnit{path, layer, {}, 0});
+      std::vector<size_t>& slots = units[it->second].slots;
+      if (std::find(slots.begin(), slots.end(), i) == slots.end()) slots.push_back(i);
     }
   }
-  impl->root = dynamic_cast<nn::Layer*>(&model);
-  if (!impl->units.empty()) impl->check_hooks_free();
+  // In model order (named_modules), so offloaded_modules() reads like the map.
+  std::map<nn::Module*, size_t> rank;
+  for (auto& [name, m] : model.named_modules()) rank.emplace(m, rank.size());
+  std::stable_sort(units.begin(), units.end(),
+                   [&](const auto& a, const auto& b) { return rank[a.layer] < rank[b.layer]; });
+  return units;
+}
 
-  // Now the model changes: disk values written out, CPU tensors on meta loaded.
-  if (!to_write.empty()) {
+// Changes the model: disk values written out and put on meta, CPU tensors on meta loaded; the
+// disk slots move into `impl` (units renumbered).
+void apply(Plan& plan, const Changes& changes, const DispatchOptions& options,
+           DispatchedModel::Impl& impl) {
+  if (!changes.to_write.empty()) {
     fs::create_directories(options.offload_dir);
     OffloadIndex written;
-    for (size_t i : to_write) {
+    for (size_t i : changes.to_write) {
       DispatchSlot& slot = plan.slots[i];
       offload_weight(slot.data(), slot.names[0], options.offload_dir, &written);
       slot.file = options.offload_dir / (slot.names[0] + ".dat");
@@ -357,27 +374,47 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
     }
     save_offload_index(written, options.offload_dir);
   }
-  for (size_t i : to_load) plan.slots[i].data() = plan.slots[i].read();
-  std::vector<size_t> keep(plan.slots.size(), SIZE_MAX);  // slot index -> kept index
+  for (size_t i : changes.to_load) plan.slots[i].data() = plan.slots[i].read();
+  std::vector<size_t> kept(plan.slots.size(), SIZE_MAX);  // plan index -> impl index
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     if (!plan.on_disk[i]) continue;
     DispatchSlot& slot = plan.slots[i];
     slot.data() = Tensor::empty(slot.shape, slot.dtype, kMeta);
-    keep[i] = impl->slots.size();
-    impl->slots.push_back(std::move(slot));
+    kept[i] = impl.slots.size();
+    impl.slots.push_back(std::move(slot));
   }
-  for (DispatchUnit& unit : impl->units) {
+  for (DispatchUnit& unit : impl.units) {
     for (size_t& s : unit.slots) {
-      s = keep[s];
-      unit.bytes += static_cast<int64_t>(shape_numel(impl->slots[s].shape) *
-                                         static_cast<int64_t>(dtype_size(impl->slots[s].dtype)));
+      s = kept[s];
+      const DispatchSlot& slot = impl.slots[s];
+      unit.bytes += shape_numel(slot.shape) * static_cast<int64_t>(dtype_size(slot.dtype));
     }
   }
-  // Units in model order (named_modules), so offloaded_modules() reads like the map.
-  std::map<nn::Module*, size_t> rank;
-  for (auto& [name, m] : model.named_modules()) rank.emplace(m, rank.size());
-  std::stable_sort(impl->units.begin(), impl->units.end(),
-                   [&](const auto& a, const auto& b) { return rank[a.layer] < rank[b.layer]; });
+}
+
+}  // namespace
+
+DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
+                               DispatchOptions options) {
+  if (!options.main_device.empty()) {
+    BRAID_CHECK(normalize_device(options.main_device) == "cpu", kNotSupported,
+                "dispatch_model: main_device '", options.main_device,
+                "': braid's dispatch runs modules on the CPU only (expected 'cpu' or empty)");
+  }
+  auto impl = std::make_shared<DispatchedModel::Impl>();
+  impl->device_map = checked_map(model, device_map);
+  impl->prefetch = options.prefetch;
+  impl->timeout = options.timeout;
+  impl->root = dynamic_cast<nn::Layer*>(&model);
+
+  // Everything is checked before apply() changes the model.
+  Plan plan = collect(model, impl->device_map, options.offload_buffers);
+  const Sources sources = open_sources(options, *impl);
+  const Changes changes = plan_sources(plan, sources, options);
+  impl->units = find_units(model, impl->device_map, plan);
+  if (!impl->units.empty()) impl->check_hooks_free();
+
+  apply(plan, changes, options, *impl);
   if (!impl->units.empty()) impl->install();
   return DispatchedModel(std::move(impl));
 }

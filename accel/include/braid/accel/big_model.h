@@ -3,8 +3,9 @@
 // utils/modeling.py and utils/offload.py) for braid's nn::Module: how many bytes each module
 // takes, a device map that fits a model into given memory limits (GPUs first, then the CPU, then
 // the disk), and loading a checkpoint into a model built on the meta device (nn::InitEmptyWeights)
-// tensor by tensor, writing what the map sends to "disk" into an offload folder
-// (docs/big-model.md).
+// tensor by tensor, writing what the map sends to "disk" into an offload folder, and running such
+// a model with its disk modules streamed in around their forward (dispatch_model,
+// load_checkpoint_and_dispatch; docs/big-model.md, "Dispatch").
 //
 //   std::shared_ptr<nn::GPT> gpt;
 //   { nn::InitEmptyWeights empty;  gpt = std::make_shared<nn::GPT>(cfg); }  // no memory
@@ -13,6 +14,8 @@
 //   load_checkpoint_in_model(*gpt, "gpt2/", {.device_map = map, .offload_folder = "offload"});
 //   ...  // modules mapped to "disk" stay on meta; their tensors are in offload/*.dat
 //   load_offloaded_weights(*gpt, load_offload_index("offload"), "offload");
+//   // or, to run it without loading the disk part:
+//   DispatchedModel d = dispatch_model(*gpt, map, {.offload_dir = "offload"});
 //
 // Devices are strings: "cpu", "disk", "meta", and GPU devices as Device::parse reads them
 // ("cuda:0", "hip:1"); a bare integer "1" means "cuda:1", as Accelerate's integer keys mean the
