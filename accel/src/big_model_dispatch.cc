@@ -99,26 +99,30 @@ DeviceMap checked_map(nn::Module& model, const DeviceMap& device_map) {
 
 // The Layer whose forward brings tensor `name` in (Note [Dispatch units]).
 std::pair<std::string, nn::Layer*> unit_layer(nn::Module& model, const DeviceMap& map,
-                                              const std::string& name) {
+                                              const std::string& name,
+                                              const std::vector<std::string>& preload) {
   std::string entry;
   for (const auto& e : map) {
     if (is_within(name, e.first) && (e.first.size() >= entry.size())) entry = e.first;
   }
   if (entry == name) entry = parent_of(name);  // an entry naming the tensor itself
   const std::string owner = parent_of(name);
-  // Down from the entry along the tensor's path.
-  std::string path = entry;
-  for (;;) {
-    if (auto* layer = dynamic_cast<nn::Layer*>(&model.get_submodule(path))) return {path, layer};
+  // Down from the entry along the tensor's path: a preloaded class takes everything below it.
+  for (std::string path = entry;;) {
+    nn::Module& m = model.get_submodule(path);
+    auto* layer = dynamic_cast<nn::Layer*>(&m);
+    if (layer && std::find(preload.begin(), preload.end(), m.type_name()) != preload.end()) {
+      return {path, layer};
+    }
     if (path == owner) break;
     const std::string rest = owner.substr(path.empty() ? 0 : path.size() + 1);
     const std::string next = rest.substr(0, rest.find('.'));
     path = path.empty() ? next : path + "." + next;
   }
-  // Up from the entry.
-  for (path = entry; !path.empty();) {
-    path = parent_of(path);
+  // Else the layer holding it, or its nearest Layer ancestor.
+  for (std::string path = owner;; path = parent_of(path)) {
     if (auto* layer = dynamic_cast<nn::Layer*>(&model.get_submodule(path))) return {path, layer};
+    if (path.empty()) break;
   }
   BRAID_FAIL(kInvalidArgument, "dispatch_model: '", name,
              "' is mapped to disk, but no nn::Layer holds it (hooks run around a Layer's "
@@ -338,13 +342,14 @@ Changes plan_sources(Plan& plan, const Sources& sources, const DispatchOptions& 
 
 // The units (Note [Dispatch units]): for each name of each disk slot, its layer; slot indexes
 // are the plan's.
-std::vector<DispatchUnit> find_units(nn::Module& model, const DeviceMap& map, const Plan& plan) {
+std::vector<DispatchUnit> find_units(nn::Module& model, const DeviceMap& map, const Plan& plan,
+                                     const std::vector<std::string>& preload) {
   std::vector<DispatchUnit> units;
   std::map<nn::Layer*, size_t> unit_of;
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     if (!plan.on_disk[i]) continue;
     for (const std::string& n : plan.slots[i].names) {
-      auto [path, layer] = unit_layer(model, map, n);
+      auto [path, layer] = unit_layer(model, map, n, preload);
       auto [it, added] = unit_of.emplace(layer, units.size());
       if (added) units.push_back(DispatchUnit{path, layer, {}, 0});
       std::vector<size_t>& slots = units[it->second].slots;
@@ -411,7 +416,7 @@ DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
   Plan plan = collect(model, impl->device_map, options.offload_buffers);
   const Sources sources = open_sources(options, *impl);
   const Changes changes = plan_sources(plan, sources, options);
-  impl->units = find_units(model, impl->device_map, plan);
+  impl->units = find_units(model, impl->device_map, plan, options.preload_module_classes);
   if (!impl->units.empty()) impl->check_hooks_free();
 
   apply(plan, changes, options, *impl);
@@ -490,6 +495,8 @@ DispatchedModel load_checkpoint_and_dispatch(nn::Module& model, const fs::path& 
                         {.offload_dir = options.offload_folder,
                          .checkpoint = options.offload_from_checkpoint ? checkpoint : fs::path(),
                          .offload_buffers = options.offload_buffers,
+                         .preload_module_classes = options.preload_module_classes.value_or(
+                             options.no_split_module_classes),
                          .prefetch = options.prefetch,
                          .timeout = options.timeout});
 }

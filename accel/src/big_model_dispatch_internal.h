@@ -3,9 +3,11 @@
 // the hooks and the prefetch thread. Not installed.
 //
 // Note [Dispatch units]: a unit is the nn::Layer whose forward brings a group of disk tensors
-// in: the module a map entry names when it is a Layer; below a container (ModuleList, GPT's
-// "transformer"), the first Layer on the tensor's path; above a tensor entry, its nearest Layer
-// ancestor. Hooks run only around Layer::forward, so a unit must be a Layer. A slot (one
+// in. Going down from the tensor's map entry along its path, the first Layer whose type is in
+// DispatchOptions::preload_module_classes (a whole block); else the Layer holding the tensor
+// (a Linear, LayerNorm, Embedding: Accelerate's per-leaf hooks), or, when that module is not a
+// Layer, its nearest Layer ancestor. Hooks run only around Layer::forward, so a unit must be a
+// Layer. A slot (one
 // tensor handle, tied names together) may belong to several units (GPT's wte and lm_head on
 // disk): each slot counts the units using it and goes back to meta when the last one ends.
 #pragma once

@@ -210,7 +210,8 @@ TEST(Dispatch, PrefetchFollowsTheFirstPassOrder) {
   auto gpt = whole_gpt();
   const Tensor expected = forward(*gpt);
   // A model holding values: dispatch writes the disk tensors into the folder itself.
-  DispatchedModel d = dispatch_model(*gpt, blocks_on_disk(), {.offload_dir = dir.path()});
+  DispatchedModel d = dispatch_model(
+      *gpt, blocks_on_disk(), {.offload_dir = dir.path(), .preload_module_classes = {"GPT2Block"}});
   std::vector<std::string> blocks;
   for (int i = 0; i < 8; ++i) blocks.push_back("transformer.h." + std::to_string(i));
   EXPECT_EQ(d.offloaded_modules(), blocks);
@@ -247,12 +248,25 @@ TEST(Dispatch, PrefetchFollowsTheFirstPassOrder) {
 
   // Without the prefetch: the same bits, every block read on demand.
   d.remove_hooks();
-  DispatchedModel plain =
-      dispatch_model(*gpt, blocks_on_disk(), {.offload_dir = dir.path(), .prefetch = false});
+  DispatchedModel plain = dispatch_model(
+      *gpt, blocks_on_disk(),
+      {.offload_dir = dir.path(), .preload_module_classes = {"GPT2Block"}, .prefetch = false});
   expect_bitwise(forward(*gpt), expected);
   expect_bitwise(forward(*gpt), expected);
   EXPECT_EQ(plain.stats().loads, 16);
   EXPECT_EQ(plain.stats().prefetches, 0);
+
+  // Without preload classes, every leaf layer streams its own tensors (Accelerate's default):
+  // ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj of each block.
+  plain.remove_hooks();
+  DispatchedModel leaves = dispatch_model(*gpt, blocks_on_disk(), {.offload_dir = dir.path()});
+  ASSERT_EQ(leaves.offloaded_modules().size(), 48u);
+  EXPECT_EQ(leaves.offloaded_modules()[0], "transformer.h.0.ln_1");
+  EXPECT_EQ(leaves.offloaded_modules()[1], "transformer.h.0.attn.c_attn");
+  expect_bitwise(forward(*gpt), expected);
+  expect_bitwise(forward(*gpt), expected);
+  EXPECT_EQ(leaves.execution_order(), leaves.offloaded_modules());
+  EXPECT_EQ(leaves.stats().prefetch_hits, 47);
 }
 
 TEST(Dispatch, HandleRemovesItsHooks) {
@@ -325,13 +339,40 @@ TEST(Dispatch, SplitBlockAndTensorEntries) {
       {{"transformer.h.2.mlp", "disk"}, {"transformer.h.5.attn.c_attn.bias", "disk"}, {"", "cpu"}},
       {.offload_dir = dir.path()});
   EXPECT_EQ(d.offloaded_modules(),
-            (std::vector<std::string>{"transformer.h.2.mlp", "transformer.h.5.attn.c_attn"}));
+            (std::vector<std::string>{"transformer.h.2.mlp.c_fc", "transformer.h.2.mlp.c_proj",
+                                      "transformer.h.5.attn.c_attn"}));
   EXPECT_TRUE(
       gpt->get_submodule("transformer.h.5.attn.c_attn").param("bias").data().device().is_meta());
   EXPECT_TRUE(
       gpt->get_submodule("transformer.h.5.attn.c_attn").param("weight").data().device().is_cpu());
   expect_bitwise(forward(*gpt), expected);
   expect_bitwise(forward(*gpt), expected);
+  // A preloaded class below the entry loads whole; one above it (the block) does not count.
+  d.remove_hooks();
+  DispatchedModel mlp = dispatch_model(
+      *gpt,
+      {{"transformer.h.2.mlp", "disk"}, {"transformer.h.5.attn.c_attn.bias", "disk"}, {"", "cpu"}},
+      {.offload_dir = dir.path(), .preload_module_classes = {"GPT2MLP", "GPT2Block"}});
+  EXPECT_EQ(mlp.offloaded_modules(),
+            (std::vector<std::string>{"transformer.h.2.mlp", "transformer.h.5.attn.c_attn"}));
+  expect_bitwise(forward(*gpt), expected);
+}
+
+TEST(Dispatch, WholeModelOnDiskStreamsLayerByLayer) {
+  // {"": "disk"} (what clean_result gives when nothing fits): the model's own forward is not
+  // a unit; its leaf layers are, so at most two of them are loaded at a time.
+  TempDir dir;
+  auto gpt = whole_gpt();
+  const Tensor expected = forward(*gpt);
+  DispatchedModel d = dispatch_model(*gpt, {{"", "disk"}}, {.offload_dir = dir.path()});
+  const auto units = d.offloaded_modules();
+  ASSERT_EQ(units.size(), 2u + 8u * 6u + 1u + 1u);  // wte, wpe, the blocks, ln_f, lm_head
+  EXPECT_EQ(units.front(), "transformer.wte");
+  EXPECT_EQ(units.back(), "lm_head");
+  EXPECT_TRUE(on_meta(*gpt, ""));
+  expect_bitwise(forward(*gpt), expected);
+  expect_bitwise(forward(*gpt), expected);
+  EXPECT_EQ(d.loaded_bytes(), 0);
 }
 
 TEST(Dispatch, EverythingOnTheCpuSetsNoHooks) {
@@ -342,6 +383,80 @@ TEST(Dispatch, EverythingOnTheCpuSetsNoHooks) {
   EXPECT_TRUE(d.offloaded_modules().empty());
   EXPECT_EQ(d.device_map(), (DeviceMap{{"", "cpu"}}));
   expect_bitwise(forward(*gpt), expected);
+}
+
+// Three Linear layers run a, b, c, or a, c when `skip_b`: the path changes between passes.
+class Chain : public nn::Layer {
+ public:
+  Chain() : Layer("Chain") {
+    for (const char* name : {"a", "b", "c"}) {
+      register_module(name, std::make_shared<nn::Linear>(4, 4));
+    }
+  }
+  bool skip_b = false;
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override {
+    Tensor h = run("a", x);
+    if (!skip_b) h = run("b", h);
+    return run("c", h);
+  }
+  Tensor backward_impl(const Tensor&) override { return {}; }
+
+ private:
+  Tensor run(const char* name, const Tensor& x) {
+    return static_cast<nn::Layer&>(*child(name)).forward(x);
+  }
+};
+
+TEST(Dispatch, ReadAheadDroppedWhenThePathChanges) {
+  TempDir dir;
+  Chain chain;
+  const Tensor x = Tensor::ones({2, 4});
+  nn::NoGradGuard no_grad;
+  chain.skip_b = true;
+  const Tensor skipped = chain.forward(x);
+  chain.skip_b = false;
+  const Tensor full = chain.forward(x);
+  DispatchedModel d = dispatch_model(chain, {{"a", "disk"}, {"b", "disk"}, {"c", "disk"}},
+                                     {.offload_dir = dir.path()});
+  EXPECT_EQ(d.offloaded_modules(), (std::vector<std::string>{"a", "b", "c"}));
+  expect_bitwise(chain.forward(x), full);  // records a, b, c
+  chain.skip_b = true;
+  // a reads b ahead; c finds b staged, drops it and reads itself.
+  expect_bitwise(chain.forward(x), skipped);
+  DispatchStats s = d.stats();
+  EXPECT_EQ(s.prefetches, 1);
+  EXPECT_EQ(s.prefetch_dropped, 1);
+  EXPECT_EQ(s.loads, 3 + 2);
+  EXPECT_EQ(d.loaded_bytes(), 0);
+  chain.skip_b = false;
+  expect_bitwise(chain.forward(x), full);
+  s = d.stats();
+  EXPECT_EQ(s.prefetch_hits, 2);  // b and c read ahead again
+}
+
+TEST(Dispatch, Bf16StreamedFromAnF32Checkpoint) {
+  // The checkpoint is f32, the model bf16: each read converts, as the whole model's to() does.
+  TempDir dir;
+  auto whole = whole_gpt();
+  nn::save_pretrained(*whole, dir.path());
+  whole->to(DType::kBF16);
+  const Tensor expected = forward(*whole);
+  std::shared_ptr<nn::GPT> gpt;
+  {
+    nn::InitEmptyWeights empty;
+    gpt = std::make_shared<nn::GPT>(gpt_config());
+  }
+  gpt->eval();
+  DispatchedModel d = load_checkpoint_and_dispatch(
+      *gpt, dir.path(),
+      {.device_map = blocks_on_disk(), .dtype = DType::kBF16, .offload_from_checkpoint = true});
+  EXPECT_EQ(gpt->get_submodule("transformer.h.0.mlp.c_fc").param("weight").data().dtype(),
+            DType::kBF16);
+  expect_bitwise(forward(*gpt), expected);
+  expect_bitwise(forward(*gpt), expected);
+  EXPECT_GT(d.stats().bytes_read, 0);
 }
 
 // ---- errors --------------------------------------------------------------------------------
@@ -388,9 +503,10 @@ TEST(Dispatch, StalledReadTimesOut) {
   // wait for the stuck thread longer than that either.
   TempDir dir;
   auto gpt = whole_gpt();
-  DispatchedModel d =
-      dispatch_model(*gpt, blocks_on_disk(),
-                     {.offload_dir = dir.path(), .timeout = std::chrono::milliseconds(200)});
+  DispatchedModel d = dispatch_model(*gpt, blocks_on_disk(),
+                                     {.offload_dir = dir.path(),
+                                      .preload_module_classes = {"GPT2Block"},
+                                      .timeout = std::chrono::milliseconds(200)});
   forward(*gpt);  // records the order
   const fs::path file = dir.path() / "transformer.h.5.mlp.c_fc.weight.dat";
   fs::remove(file);

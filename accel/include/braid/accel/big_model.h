@@ -308,6 +308,10 @@ struct DispatchOptions {
   std::filesystem::path checkpoint{};
   // Buffers of disk modules are streamed too (else they stay on the CPU, loaded).
   bool offload_buffers = false;
+  // Layers of these type_name()s load all their disk tensors at once, before their forward
+  // ("GPT2Block"); others are streamed per leaf layer (each Linear, LayerNorm, Embedding its
+  // own), as Accelerate does.
+  std::vector<std::string> preload_module_classes{};
   // While a disk module runs, the next one in the order recorded on the first forward is read
   // on a background thread.
   bool prefetch = true;
@@ -380,6 +384,9 @@ struct LoadAndDispatchOptions {
   // Limits for an inferred map; unset: the CPU's available memory (and disk).
   std::optional<MaxMemory> max_memory{};
   std::vector<std::string> no_split_module_classes{};
+  // DispatchOptions::preload_module_classes; unset: no_split_module_classes (a block kept
+  // whole on a device is also loaded whole, and the next one read ahead whole).
+  std::optional<std::vector<std::string>> preload_module_classes{};
   std::filesystem::path offload_folder{};
   bool offload_buffers = false;
   std::optional<DType> dtype{};
