@@ -18,6 +18,7 @@
 #include "braid/core/file_util.h"
 #include "braid/nn/gpt.h"
 #include "braid/nn/llama.h"
+#include "braid/tensor/ops.h"
 
 namespace braid::accel {
 namespace {
@@ -434,6 +435,46 @@ TEST(Dispatch, ReadAheadDroppedWhenThePathChanges) {
   expect_bitwise(chain.forward(x), full);
   s = d.stats();
   EXPECT_EQ(s.prefetch_hits, 2);  // b and c read ahead again
+}
+
+// y = (x W^T + b) * scale, `scale` a buffer of the Scaled layer.
+class Scaled : public nn::Layer {
+ public:
+  Scaled() : Layer("Scaled") {
+    register_module("lin", std::make_shared<nn::Linear>(4, 4));
+    register_buffer("scale", Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}));
+  }
+
+ protected:
+  Tensor forward_impl(const Tensor& x) override {
+    return mul(static_cast<nn::Layer&>(*child("lin")).forward(x), buffer("scale"));
+  }
+  Tensor backward_impl(const Tensor&) override { return {}; }
+};
+
+TEST(Dispatch, BuffersStayUnlessOffloadBuffers) {
+  TempDir dir;
+  Scaled model;
+  const Tensor x = Tensor::ones({2, 4});
+  nn::NoGradGuard no_grad;
+  const Tensor expected = model.forward(x);
+  {
+    // The buffer stays on the CPU; only lin's tensors stream (lin is the unit).
+    DispatchedModel d = dispatch_model(model, {{"", "disk"}}, {.offload_dir = dir.path()});
+    EXPECT_EQ(d.offloaded_modules(), (std::vector<std::string>{"lin"}));
+    EXPECT_TRUE(model.buffer("scale").device().is_cpu());
+    EXPECT_FALSE(fs::exists(dir.path() / "scale.dat"));
+    expect_bitwise(model.forward(x), expected);
+  }
+  // With offload_buffers the buffer goes to disk too, streamed by the model's own forward.
+  DispatchedModel d =
+      dispatch_model(model, {{"", "disk"}}, {.offload_dir = dir.path(), .offload_buffers = true});
+  EXPECT_EQ(d.offloaded_modules(), (std::vector<std::string>{"", "lin"}));
+  EXPECT_TRUE(model.buffer("scale").device().is_meta());
+  EXPECT_TRUE(fs::exists(dir.path() / "scale.dat"));
+  expect_bitwise(model.forward(x), expected);
+  expect_bitwise(model.forward(x), expected);
+  EXPECT_TRUE(model.buffer("scale").device().is_meta());
 }
 
 TEST(Dispatch, Bf16StreamedFromAnF32Checkpoint) {
