@@ -122,7 +122,8 @@ void DispatchedModel::Impl::end_pass() {
 
 void DispatchedModel::Impl::refuse_backward(const std::string& where) const {
   std::string names;
-  for (const DispatchUnit& unit : units) names += (names.empty() ? "" : ", ") + unit.name;
+  for (size_t i = 0; i < units.size() && i < 4; ++i) names += (i ? ", " : "") + units[i].name;
+  if (units.size() > 4) names += ", ... " + std::to_string(units.size()) + " layers";
   BRAID_FAIL(kNotSupported, "backward through the dispatched model ",
              where.empty() ? std::string("") : "at '" + where + "' ",
              "is not supported: modules mapped to disk (", names,
