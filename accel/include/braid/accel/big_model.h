@@ -3,8 +3,9 @@
 // utils/modeling.py and utils/offload.py) for braid's nn::Module: how many bytes each module
 // takes, a device map that fits a model into given memory limits (GPUs first, then the CPU, then
 // the disk), and loading a checkpoint into a model built on the meta device (nn::InitEmptyWeights)
-// tensor by tensor, writing what the map sends to "disk" into an offload folder
-// (docs/big-model.md).
+// tensor by tensor, writing what the map sends to "disk" into an offload folder, and running such
+// a model with its disk modules streamed in around their forward (dispatch_model,
+// load_checkpoint_and_dispatch; docs/big-model.md, "Dispatch").
 //
 //   std::shared_ptr<nn::GPT> gpt;
 //   { nn::InitEmptyWeights empty;  gpt = std::make_shared<nn::GPT>(cfg); }  // no memory
@@ -13,6 +14,8 @@
 //   load_checkpoint_in_model(*gpt, "gpt2/", {.device_map = map, .offload_folder = "offload"});
 //   ...  // modules mapped to "disk" stay on meta; their tensors are in offload/*.dat
 //   load_offloaded_weights(*gpt, load_offload_index("offload"), "offload");
+//   // or, to run it without loading the disk part:
+//   DispatchedModel d = dispatch_model(*gpt, map, {.offload_dir = "offload"});
 //
 // Devices are strings: "cpu", "disk", "meta", and GPU devices as Device::parse reads them
 // ("cuda:0", "hip:1"); a bare integer "1" means "cuda:1", as Accelerate's integer keys mean the
@@ -20,14 +23,17 @@
 // onto one needs it.
 #pragma once
 
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "braid/core/device.h"
@@ -279,5 +285,129 @@ bool save(const NamedTensors& state_dict, const std::filesystem::path& path,
 // Reads a safetensors file, index or folder (load_safetensors) and moves every tensor to
 // `map_location` when given (else CPU views of the file).
 NamedTensors load(const std::filesystem::path& path, std::optional<Device> map_location = {});
+
+// ---- dispatch (Accelerate's dispatch_model / load_checkpoint_and_dispatch) -----------------
+
+// Options of dispatch_model (Accelerate's arguments, where they mean something in braid).
+struct DispatchOptions {
+  // The device modules run on. Empty: "cpu" (the only one braid's dispatch runs on; another is
+  // kNotSupported naming it).
+  std::string main_device{};
+  // Offloaded tensors held in memory (Accelerate's state_dict / in-memory weights_map), looked
+  // up by name before the offload folder. A tensor found here is put in the module as it is
+  // (shared, converted only when its dtype differs from the model's): no copy, no read.
+  NamedTensors state_dict{};
+  // The offload folder: index.json plus one <name>.dat per tensor (load_checkpoint_in_model
+  // writes it). Tensors of disk modules that still hold values are written here (overwriting)
+  // and their modules put on meta. Required when a disk tensor is in no other source.
+  std::filesystem::path offload_dir{};
+  // The index to use instead of <offload_dir>/index.json.
+  std::optional<OffloadIndex> offload_index{};
+  // A safetensors checkpoint (a file, an index .json, or a folder holding model.safetensors or
+  // one *.index.json) that tensors found in no source above are read from, through its memory
+  // map: no .dat copy (transformers' "safetensors_file" offload entries).
+  std::filesystem::path checkpoint{};
+  // Buffers of disk modules are streamed too (else they stay on the CPU, loaded).
+  bool offload_buffers = false;
+  // Layers of these type_name()s load all their disk tensors at once, before their forward
+  // ("GPT2Block"); others are streamed per leaf layer (each Linear, LayerNorm, Embedding its
+  // own), as Accelerate does.
+  std::vector<std::string> preload_module_classes{};
+  // While a disk module runs, the next one in the order recorded on the first forward is read
+  // on a background thread.
+  bool prefetch = true;
+  // The longest wait for a read in flight (a prefetch) before kTimeout naming the module.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// What a dispatched model did (for tests and diagnostics).
+struct DispatchStats {
+  int64_t loads = 0;             // units loaded on the forward's own thread
+  int64_t prefetches = 0;        // units read ahead on the background thread
+  int64_t prefetch_hits = 0;     // forwards that found their unit read ahead
+  int64_t prefetch_dropped = 0;  // read-ahead units not used (the order changed)
+  int64_t bytes_read = 0;        // bytes put into modules from the sources (both threads)
+};
+
+// The handle dispatch_model returns: it owns the hooks set on the model's layers and the
+// prefetch thread. Destroying it (or remove_hooks()) stops the thread, removes every hook and
+// leaves offloaded tensors on meta, as after loading. The model must outlive it; one forward
+// at a time.
+class DispatchedModel {
+ public:
+  DispatchedModel();  // holds nothing
+  ~DispatchedModel();
+  DispatchedModel(DispatchedModel&&) noexcept;
+  DispatchedModel& operator=(DispatchedModel&&) noexcept;
+  DispatchedModel(const DispatchedModel&) = delete;
+  DispatchedModel& operator=(const DispatchedModel&) = delete;
+
+  // The map the model was dispatched with, devices normalized (Accelerate's hf_device_map).
+  const DeviceMap& device_map() const;
+  // The modules whose tensors are streamed from disk ("units"), in model order.
+  std::vector<std::string> offloaded_modules() const;
+  // The units in the order the first forward ran them (empty before it): the prefetch order.
+  std::vector<std::string> execution_order() const;
+  DispatchStats stats() const;
+  // Bytes of offloaded tensors loaded into modules now (0 between forwards).
+  int64_t loaded_bytes() const;
+  // Stops the prefetch thread and removes every hook now (the destructor does it too). A read
+  // still in flight after DispatchOptions::timeout (a stalled file system) is left to finish
+  // on its own thread, which keeps what it needs alive: this never hangs.
+  void remove_hooks();
+
+  struct Impl;
+
+ private:
+  explicit DispatchedModel(std::shared_ptr<Impl> impl);
+  friend DispatchedModel dispatch_model(nn::Module&, const DeviceMap&, DispatchOptions);
+  std::shared_ptr<Impl> impl_;  // shared with the prefetch thread
+};
+
+// The seed's dispatch_model, for the CPU: modules mapped to "cpu" run in place (their tensors
+// must hold values; a meta one is loaded once from the sources); each module mapped to "disk"
+// keeps its tensors on meta between uses: a pre-forward hook loads them from the sources
+// (state_dict, then the offload folder), the post-forward hook puts them back on meta, and the
+// next disk module is read ahead (DispatchOptions::prefetch). Backward through a disk module is
+// kNotSupported (inference only). Everything is checked before a hook is set: the map covers
+// every tensor (kInvalidArgument listing the others), no device but "cpu" / "disk"
+// (kNotSupported naming a GPU, kInvalidArgument for "meta"), every disk tensor in a source with
+// its shape (kInvalidArgument naming it) and its .dat file present with its size (kIo /
+// kCorruptData naming the file), no layer already hooked (sharding, another dispatch).
+DispatchedModel dispatch_model(nn::Module& model, const DeviceMap& device_map,
+                               DispatchOptions options = {});
+
+struct LoadAndDispatchOptions {
+  // A map, or how to infer one: "auto", "balanced", "balanced_low_0" or "sequential"
+  // (infer_auto_device_map over max_memory; "balanced*" first spread over the GPUs by
+  // get_balanced_memory, as Accelerate). An empty map: load in place, no hooks.
+  std::variant<DeviceMap, std::string> device_map{DeviceMap{}};
+  // Limits for an inferred map; unset: the CPU's available memory (and disk).
+  std::optional<MaxMemory> max_memory{};
+  std::vector<std::string> no_split_module_classes{};
+  // DispatchOptions::preload_module_classes; unset: no_split_module_classes (a block kept
+  // whole on a device is also loaded whole, and the next one read ahead whole).
+  std::optional<std::vector<std::string>> preload_module_classes{};
+  std::filesystem::path offload_folder{};
+  bool offload_buffers = false;
+  std::optional<DType> dtype{};
+  // Unset: true when the map uses disk (Accelerate's default).
+  std::optional<bool> offload_state_dict{};
+  // Disk tensors are read from the (safetensors) checkpoint itself at each forward instead of
+  // being copied into offload_folder (DispatchOptions::checkpoint); offload_folder is then not
+  // needed. Off: Accelerate's .dat files.
+  bool offload_from_checkpoint = false;
+  bool strict = false;
+  bool prefetch = true;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// The seed's load_checkpoint_and_dispatch: infers the map when a strategy is given (with the
+// prefetch on, the CPU budget also keeps room for the layer read ahead: its limit is lowered by
+// the largest layer), loads the checkpoint with load_checkpoint_in_model (disk modules into
+// offload_folder), then dispatch_model.
+DispatchedModel load_checkpoint_and_dispatch(nn::Module& model,
+                                             const std::filesystem::path& checkpoint,
+                                             const LoadAndDispatchOptions& options = {});
 
 }  // namespace braid::accel
