@@ -72,6 +72,19 @@ TEST(PeakMemory, Bf16ParametersAndReduction) {
   check(c);
 }
 
+// keep_in_fp32_modules: the final norm its own unit, gathered and reduced in f32 while the rest
+// is bf16; the estimate runs the same code, so it sees the f32 unit too.
+TEST(PeakMemory, KeepInFp32Units) {
+  for (Family f : kFamilies) {
+    Case c = make_case("stage 3 bf16, final norm kept in f32", ZeroStage::k3, f);
+    c.sharding.precision = amp::PrecisionPolicy::from("bf16");
+    c.sharding.precision.keep_in_fp32_modules = {f == Family::kGpt ? "ln_f" : "norm"};
+    c.sharding.wrap.transformer_cls_names_to_wrap.push_back(f == Family::kGpt ? "LayerNorm"
+                                                                              : "RMSNorm");
+    check(c);
+  }
+}
+
 TEST(PeakMemory, StageThreeReshardAndPrefetch) {
   Case keep = make_case("stage 3 keep after forward", ZeroStage::k3);
   keep.sharding.reshard_after_forward = false;
