@@ -67,10 +67,14 @@ class PeerSession {
   // A store for braid's rendezvous when the environment provides none (the MPI peer builds
   // one over MPI, so plain `mpirun braid bench --peer mpi` works); null otherwise.
   virtual std::shared_ptr<Store> bootstrap_store() = 0;
+  // Called once braid's store exists, before collectives(): a peer that needs a rendezvous of
+  // its own (the limit program's segment name) makes it here.
+  virtual void attach(const std::shared_ptr<Store>& store, int rank, int size) {}
   virtual Collectives& collectives() = 0;
 };
 
-// The names of the peers compiled into this build ("mpi" when BRAID_HAVE_MPI).
+// The names of the peers compiled into this build: "limit" (the bare shared-memory data path,
+// limit_peer.cc), and "mpi" when BRAID_HAVE_MPI.
 std::vector<std::string> available_peers();
 // Starts peer `name`; throws kNotSupported naming the peer and the available ones.
 std::unique_ptr<PeerSession> start_peer(const std::string& name);

@@ -164,7 +164,8 @@ void validate(const BenchOptions& o) {
   BRAID_CHECK(!o.ops.empty(), kInvalidArgument, "--op: no collective selected");
   BRAID_CHECK(o.dtype != DType::kBool, kNotSupported, "-d bool: not supported by braid bench");
   for (const std::string& p : o.peers) {
-    BRAID_CHECK(p == "mpi", kInvalidArgument, "--peer '", p, "': expected mpi");
+    BRAID_CHECK(p == "mpi" || p == "limit", kInvalidArgument, "--peer '", p,
+                "': expected mpi or limit");
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/collectives.h"
+#include "bench/limit_peer.h"
 #include "braid/core/config.h"
 #include "braid/core/error.h"
 
@@ -219,7 +220,7 @@ class MpiSession final : public PeerSession {
 #endif  // BRAID_HAVE_MPI
 
 std::vector<std::string> available_peers() {
-  std::vector<std::string> names;
+  std::vector<std::string> names = {"limit"};
 #if BRAID_HAVE_MPI
   names.emplace_back("mpi");
 #endif
@@ -227,6 +228,7 @@ std::vector<std::string> available_peers() {
 }
 
 std::unique_ptr<PeerSession> start_peer(const std::string& name) {
+  if (name == "limit") return start_limit_peer();
 #if BRAID_HAVE_MPI
   if (name == "mpi") return std::make_unique<MpiSession>();
 #endif

@@ -36,9 +36,11 @@ std::string self_executable() {
 }
 
 int launch_ranks(const BenchOptions& o) {
-  BRAID_CHECK(o.peers.empty(), kInvalidArgument,
-              "--nproc with --peer: peer libraries need their own launcher; run "
-              "`mpirun -np N braid bench --peer mpi ...` instead");
+  for (const std::string& p : o.peers) {
+    BRAID_CHECK(p != "mpi", kInvalidArgument,
+                "--nproc with --peer mpi: MPI needs its own launcher; run "
+                "`mpirun -np N braid bench --peer mpi ...` instead");
+  }
   // F_DUPFD (not F_DUPFD_CLOEXEC): the ranks inherit it across exec.
   int fd = ::fcntl(1, F_DUPFD, 3);
   BRAID_CHECK(fd >= 0, kIo, "braid bench --nproc: cannot duplicate stdout");
@@ -163,7 +165,9 @@ int run_rank(const BenchOptions& o) {
   const RankInfo me = detect_rank_info();
   std::vector<std::unique_ptr<PeerSession>> peers;  // outlive braid's group (declared first)
   for (const std::string& name : o.peers) peers.push_back(start_peer(name));
-  std::unique_ptr<Collectives> braid = make_braid_collectives(braid_store(me, peers), o.backend);
+  const std::shared_ptr<Store> store = braid_store(me, peers);
+  for (auto& p : peers) p->attach(store, me.rank, me.world_size);
+  std::unique_ptr<Collectives> braid = make_braid_collectives(store, o.backend);
 
   Out out(braid->rank() == 0, o.report_fd);
   std::vector<OpResult> all;

@@ -23,7 +23,7 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<bench::BenchOptions>();
   auto raw = std::make_shared<RawBenchOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Measure collectives, nccl-tests style (busbw table; --peer mpi compares)");
+      "bench", "Measure collectives, nccl-tests style (busbw table; --peer limit / mpi compare)");
   cmd->footer(
       "Run as N ranks: braid bench --nproc N ..., braid launch --nproc-per-node N braid bench "
       "..., or mpirun -np N braid bench [--peer mpi] .... See docs/bench.md.");
@@ -53,7 +53,9 @@ void add_bench_command(CLI::App& app) {
                   "(repeatable; default all_reduce)");
   cmd->add_option("--backend", o->backend, "braid backend to measure")->capture_default_str();
   cmd->add_option("--nproc", o->nproc, "Start this many ranks on this node (else: one rank)");
-  cmd->add_option("--peer", o->peers, "Also measure this library and print ratios: mpi");
+  cmd->add_option(
+      "--peer", o->peers,
+      "Also measure this library and print ratios: limit (the bare shm data path), mpi");
   cmd->add_option("--report-fd", o->report_fd)->group("");  // internal: set by --nproc
   cmd->callback([o, raw] {
     o->min_bytes = bench::parse_size(raw->min_bytes, "-b");

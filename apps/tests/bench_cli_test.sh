@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `braid bench` end to end with real rank processes (ctest label "bench-cli"). No timing is
 # asserted: only exit status, the table's shape, #wrong == 0 and the JSON file.
-#   bench_cli_test.sh BRAID sweep|badflags|mpi [PYTHON] [MPIRUN]
+#   bench_cli_test.sh BRAID sweep|badflags|limit|mpi [PYTHON] [MPIRUN]
 set -u
 braid=$1
 mode=$2
@@ -61,6 +61,30 @@ badflags)
   grep -q "gossip" "$tmp/out" || fail "--op gossip: message"
   "$braid" bench --nproc 2 -b 8 -e 8 -r 5 --op broadcast >"$tmp/out" 2>&1 && fail "-r 5 exited 0"
   grep -q -- "-r 5" "$tmp/out" || fail "-r 5: message does not name the root"
+  ;;
+limit)
+  # --peer limit (the bare shared-memory data path): every op it implements checked on 2 and 4
+  # ranks, the ratio tables, the ops it lacks skipped by name, nothing left in /dev/shm.
+  before=$(ls /dev/shm | grep -c '^braid-limit-')
+  for n in 2 4; do
+    "$braid" bench --nproc $n --peer limit -b 8 -e 1M -f 32 -n 3 --repeats 2 -c 1 --op all \
+      >"$tmp/out" 2>&1 || fail "W $n: exit status $?"
+    for op in all_reduce all_gather reduce_scatter broadcast; do
+      rows=$(rows_of $op "limit")
+      [ "$(echo "$rows" | grep -c .)" -eq 4 ] || fail "W $n $op: expected 4 limit rows"
+      [ "$(echo "$rows" | awk '$9 != 0 || $13 != 0' | wc -l)" -eq 0 ] || fail "W $n $op: #wrong"
+      grep -q "^# $op: bus bandwidth ratio braid shm / limit" "$tmp/out" ||
+        fail "W $n $op: no ratio table"
+    done
+    grep -q "the limit program implements all_reduce, all_gather, reduce_scatter and broadcast" \
+      "$tmp/out" || fail "W $n: reduce / all_to_all not reported as skipped"
+  done
+  [ "$(ls /dev/shm | grep -c '^braid-limit-')" -eq "$before" ] || fail "a segment was left"
+  "$braid" bench --nproc 2 -b 8 -e 8 -d bfloat16 --peer limit >"$tmp/out" 2>&1 ||
+    fail "bf16: exit status $?"
+  grep -q "the limit program reduces f32 sums only" "$tmp/out" || fail "bf16 not skipped by name"
+  "$braid" bench --nproc 2 -b 8 -e 8 --peer mpi >"$tmp/out" 2>&1 && fail "--nproc --peer mpi ran"
+  grep -q "MPI needs its own launcher" "$tmp/out" || fail "--nproc --peer mpi: message"
   ;;
 mpi)
   (cd "$tmp" && timeout 300 "$mpirun" --allow-run-as-root --oversubscribe --bind-to none -np 2 \
