@@ -247,10 +247,12 @@ ShardedModel::ShardedModel(std::shared_ptr<nn::Layer> model, std::shared_ptr<Pro
   // to fill them, over a group of the meta backend. The whole step then runs on meta, each
   // buffer allocated as on cpu and counted by the meta allocator.
   bool all_meta = !options_.param_init;
+  size_t num_params = 0;
   for (auto& u : units_) {
     for (auto& up : u.params) all_meta = all_meta && up.param.data().device().is_meta();
+    num_params += u.params.size();
   }
-  if (all_meta && !units_.empty()) {
+  if (all_meta && num_params > 0) {
     BRAID_CHECK(impl_->pg->backend().name() == "meta", kInvalidArgument,
                 "ShardedModel: every parameter is on the meta device and ShardingOptions::"
                 "param_init is not set: that is a measurement run (shard::estimate_memory), "
