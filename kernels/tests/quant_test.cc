@@ -38,7 +38,7 @@ TEST(QuantCode, PublishedValues) {
   EXPECT_EQ(fp4[0b0011], 1.0f);             // 12 / 12
   EXPECT_EQ(fp4[0b0001], 0.0625f / 12.0f);  // the subnormal
   EXPECT_EQ(fp4[0b1010], -8.0f / 12.0f);    // sign bit
-  EXPECT_TRUE(std::signbit(fp4[0b1000]));   // -0
+  EXPECT_FALSE(std::signbit(fp4[0b1000]));  // +0, as in bitsandbytes
   const float* dyn = dynamic_code_signed();
   EXPECT_EQ(dyn[255], 1.0f);
   for (int i = 1; i < 256; ++i) EXPECT_LE(dyn[i - 1], dyn[i]);

@@ -33,10 +33,10 @@ constexpr std::array<float, 16> kNf4 = {-1.0f,
                                         1.0f};
 
 std::array<float, 16> make_fp4() {
-  // get_4bit_type("fp4"): the E2M1 values (bias 3 as bitsandbytes lays them out), then
-  // data.div_(data.abs().max()) in f32.
-  constexpr float raw[16] = {0.0f,  0.0625f,  8.0f,  12.0f,  4.0f,  6.0f,  2.0f,  3.0f,
-                             -0.0f, -0.0625f, -8.0f, -12.0f, -4.0f, -6.0f, -2.0f, -3.0f};
+  // get_4bit_type("fp4"): the E2M1 values as bitsandbytes lays them out, then
+  // data.div_(data.abs().max()) in f32. Entry 8 is +0: the Python list's "-0" is the integer 0.
+  constexpr float raw[16] = {0.0f, 0.0625f,  8.0f,  12.0f,  4.0f,  6.0f,  2.0f,  3.0f,
+                             0.0f, -0.0625f, -8.0f, -12.0f, -4.0f, -6.0f, -2.0f, -3.0f};
   std::array<float, 16> out{};
   for (int i = 0; i < 16; ++i) out[i] = raw[i] / 12.0f;
   return out;

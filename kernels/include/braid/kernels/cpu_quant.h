@@ -24,8 +24,9 @@ namespace braid::kernels::cpu {
 enum class Quant4Type : uint8_t { kNf4, kFp4 };
 
 // The 16 code values of a 4-bit type in code order (bitsandbytes' quant_map): NF4 from
-// get_4bit_type("nf4"); FP4 = {0, 0.0625, 8, 12, 4, 6, 2, 3, -0, -0.0625, -8, -12, -4, -6, -2, -3}
-// divided by 12 in f32. Dequantization is code[q] * absmax.
+// get_4bit_type("nf4"); FP4 = {0, 0.0625, 8, 12, 4, 6, 2, 3, 0, -0.0625, -8, -12, -4, -6, -2, -3}
+// divided by 12 in f32 (entry 8 is +0 in bitsandbytes' table too). Dequantization is code[q] *
+// absmax.
 const float* quant4_code(Quant4Type type);
 
 // bitsandbytes' create_dynamic_map(signed=True): the 256 sorted f32 values of the signed 8-bit
