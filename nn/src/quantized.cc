@@ -251,6 +251,10 @@ std::vector<std::string> replace_with_quantized_linear(Module& model,
                                                 config.llm_int8_threshold)
                : Linear8bitLt::from_linear(*linear, config.llm_int8_threshold);
     }
+    if (auto* l4 = dynamic_cast<Linear4bit*>(q.get())) l4->set_checkpoint_layout(linear->layout());
+    if (auto* l8 = dynamic_cast<Linear8bitLt*>(q.get())) {
+      l8->set_checkpoint_layout(linear->layout());
+    }
     if (meta && linear->has_bias()) q->set_parameter("bias", linear->bias());
     q->train(linear->is_training());
     s.parent->replace_module(s.name, q);

@@ -78,6 +78,14 @@ class Linear4bit : public Layer {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   DType compute_dtype() const { return compute_; }
+  // How a full-precision checkpoint stores this layer's weight (kInOut: GPT-2's Conv1D);
+  // load_weight() transposes such a weight before quantizing. Set by
+  // replace_with_quantized_linear from the Linear it replaces.
+  void set_checkpoint_layout(WeightLayout layout) { layout_ = layout; }
+  WeightLayout checkpoint_layout() const { return layout_; }
+  void load_weight(const Tensor& checkpoint_weight) {
+    set_weight(layout_ == WeightLayout::kInOut ? checkpoint_weight.t() : checkpoint_weight);
+  }
 
  protected:
   Tensor forward_impl(const Tensor& x) override;
@@ -90,6 +98,7 @@ class Linear4bit : public Layer {
   DType compute_;
   bool double_quant_;
   int64_t blocksize_;
+  WeightLayout layout_ = WeightLayout::kOutIn;
   QuantizedTensor4bit q_;
 };
 
@@ -109,6 +118,12 @@ class Linear8bitLt : public Layer {
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   double threshold() const { return threshold_; }
+  // As Linear4bit's.
+  void set_checkpoint_layout(WeightLayout layout) { layout_ = layout; }
+  WeightLayout checkpoint_layout() const { return layout_; }
+  void load_weight(const Tensor& checkpoint_weight) {
+    set_weight(layout_ == WeightLayout::kInOut ? checkpoint_weight.t() : checkpoint_weight);
+  }
 
  protected:
   Tensor forward_impl(const Tensor& x) override;
@@ -118,6 +133,7 @@ class Linear8bitLt : public Layer {
   int64_t in_, out_;
   bool has_bias_;
   double threshold_;
+  WeightLayout layout_ = WeightLayout::kOutIn;
   QuantizedInt8 q_;
 };
 
