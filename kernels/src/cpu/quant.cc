@@ -187,10 +187,20 @@ void dequantize_4bit(const float* code, const uint8_t* packed, const float* absm
                      int64_t blocksize, float* y) {
   check_block("dequantize_4bit", packed, absmax, y, n, blocksize);
   BRAID_CHECK(n == 0 || code, kInvalidArgument, "dequantize_4bit: null code table");
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t byte = packed[i / 2];
-    const uint8_t q = i % 2 == 0 ? byte >> 4 : byte & 0x0F;
-    y[i] = code[q] * absmax[i / blocksize];
+  // Blocks are even-sized, so a block starts on a byte: per block, one absmax and a table of
+  // the 16 products, then two outputs per byte (the same code[q] * absmax, so the same bits).
+  for (int64_t b0 = 0; b0 < n; b0 += blocksize) {
+    const int64_t len = std::min(blocksize, n - b0);
+    const float a = absmax[b0 / blocksize];
+    float scaled[16];
+    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * a;
+    const uint8_t* p = packed + b0 / 2;
+    float* out = y + b0;
+    for (int64_t j = 0; j < len / 2; ++j) {
+      out[2 * j] = scaled[p[j] >> 4];
+      out[2 * j + 1] = scaled[p[j] & 0x0F];
+    }
+    if (len % 2) out[len - 1] = scaled[p[len / 2] >> 4];
   }
 }
 
