@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       {"nf4_dq_compute_bf16", nf4_bf16.get(), DType::kBF16,
        nf4_bf16->quantized().nbytes() / params},
       {"nf4_dq_compute_f32", nf4_f32.get(), DType::kF32, nf4_f32->quantized().nbytes() / params},
-      {"llm_int8_scalar", int8.get(), DType::kF32, int8->quantized().nbytes() / params},
+      {"llm_int8", int8.get(), DType::kF32, int8->quantized().nbytes() / params},
   };
   nn::NoGradGuard no_grad;
   for (int64_t tokens : {1, 16, 128}) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -228,6 +229,53 @@ TEST(Int8, OutlierDecompositionHelps) {
     err_without += std::fabs(without[j] - ref);
   }
   EXPECT_LT(err_with, err_without);
+}
+
+}  // namespace
+}  // namespace braid::kernels::cpu
+
+namespace braid::kernels::cpu {
+namespace {
+
+// Every SIMD level gives the scalar level's bits: the int8 dot products are exact integer sums
+// and the 4-bit dequantization a lookup of the same products.
+TEST(QuantIsa, EveryLevelMatchesScalar) {
+  std::mt19937 gen(17);
+  std::uniform_int_distribution<int> d(-127, 127);
+  for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 100, 768}) {
+    const int64_t m = 3, n = 5;
+    std::vector<int8_t> a(m * k), b(n * k);
+    for (auto& v : a) v = static_cast<int8_t>(d(gen));
+    for (auto& v : b) v = static_cast<int8_t>(d(gen));
+    std::vector<int32_t> ref(m * n);
+    {
+      ScopedCpuIsa scalar(CpuIsa::kScalar);
+      gemm_i8_i32(a.data(), b.data(), m, n, k, ref.data());
+    }
+    for (CpuIsa isa : testing::simd_isas()) {
+      ScopedCpuIsa level(isa);
+      std::vector<int32_t> c(m * n);
+      gemm_i8_i32(a.data(), b.data(), m, n, k, c.data());
+      EXPECT_EQ(c, ref) << "k " << k << " isa " << int(isa);
+    }
+  }
+  for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 130, 1000}) {
+    const std::vector<float> x = randn(n, 40 + static_cast<uint32_t>(n));
+    std::vector<uint8_t> packed((n + 1) / 2);
+    std::vector<float> absmax((n + 63) / 64), ref(n);
+    quantize_4bit(Quant4Type::kNf4, x.data(), n, 64, packed.data(), absmax.data());
+    {
+      ScopedCpuIsa scalar(CpuIsa::kScalar);
+      dequantize_4bit(quant4_code(Quant4Type::kNf4), packed.data(), absmax.data(), n, 64,
+                      ref.data());
+    }
+    for (CpuIsa isa : testing::simd_isas()) {
+      ScopedCpuIsa level(isa);
+      std::vector<float> y(n);
+      dequantize_4bit(quant4_code(Quant4Type::kNf4), packed.data(), absmax.data(), n, 64, y.data());
+      EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), n * sizeof(float))) << n;
+    }
+  }
 }
 
 }  // namespace

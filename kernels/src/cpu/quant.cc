@@ -1,7 +1,8 @@
 // Quantization kernels in bitsandbytes' formats (braid/kernels/cpu_quant.h): code tables, the
 // 4-bit and 8-bit block-wise quantizers and dequantizers, LLM.int8's row-wise int8 and its
-// int8 GEMM with f32 outlier columns. Scalar reference code; the comparison trees and the
-// binary search are bitsandbytes' own (csrc/kernels.cu), so codes match bit for bit.
+// int8 GEMM with f32 outlier columns. The scalar reference, and the level table (quant_impl.h)
+// through which gemm_i8_i32 and dequantize_4bit reach quant_avx2.cc / quant_avx512.cc. The
+// comparison trees and the binary search are bitsandbytes' own (csrc/kernels.cu).
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -10,6 +11,8 @@
 
 #include "braid/core/error.h"
 #include "braid/kernels/cpu_quant.h"
+#include "isa_dispatch.h"
+#include "quant_impl.h"
 
 namespace braid::kernels::cpu {
 namespace {
@@ -154,6 +157,47 @@ void check_block(const char* op, const void* a, const void* b, const void* c, in
   BRAID_CHECK(n == 0 || (a && b && c), kInvalidArgument, op, ": null pointer with count ", n);
 }
 
+void gemm_i8_scalar(const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k, int32_t* c) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const int8_t* ar = a + i * k;
+      const int8_t* br = b + j * k;
+      int32_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc += int32_t{ar[p]} * int32_t{br[p]};
+      c[i * n + j] = acc;
+    }
+  }
+}
+
+void dequant4_pairs_scalar(const float* scaled16, const uint8_t* packed, int64_t pairs, float* y) {
+  for (int64_t j = 0; j < pairs; ++j) {
+    y[2 * j] = scaled16[packed[j] >> 4];
+    y[2 * j + 1] = scaled16[packed[j] & 0x0F];
+  }
+}
+
+// One table per level; a level without its own entry keeps the narrower one's.
+const QuantTable& quant_table() {
+  static const IsaTable<const QuantTable*> tables = [] {
+    static QuantTable scalar_t{gemm_i8_scalar, dequant4_pairs_scalar};
+    static QuantTable avx2_t = scalar_t;
+    static QuantTable avx512_t;
+    IsaTable<const QuantTable*> t;
+    t.scalar = &scalar_t;
+    if (cpu_supports(CpuIsa::kAvx2)) {
+      avx2::fill_quant_table(avx2_t);
+      t.avx2 = &avx2_t;
+    }
+    if (cpu_supports(CpuIsa::kAvx512)) {
+      avx512_t = avx2_t;
+      avx512::fill_quant_table(avx512_t);
+      t.avx512 = &avx512_t;
+    }
+    return t;
+  }();
+  return *tables.get();
+}
+
 }  // namespace
 
 const float* quant4_code(Quant4Type type) {
@@ -189,6 +233,7 @@ void dequantize_4bit(const float* code, const uint8_t* packed, const float* absm
   BRAID_CHECK(n == 0 || code, kInvalidArgument, "dequantize_4bit: null code table");
   // Blocks are even-sized, so a block starts on a byte: per block, one absmax and a table of
   // the 16 products, then two outputs per byte (the same code[q] * absmax, so the same bits).
+  const Dequant4PairsFn dequant4 = quant_table().dequant4_pairs;
   for (int64_t b0 = 0; b0 < n; b0 += blocksize) {
     const int64_t len = std::min(blocksize, n - b0);
     const float a = absmax[b0 / blocksize];
@@ -196,10 +241,7 @@ void dequantize_4bit(const float* code, const uint8_t* packed, const float* absm
     for (int c = 0; c < 16; ++c) scaled[c] = code[c] * a;
     const uint8_t* p = packed + b0 / 2;
     float* out = y + b0;
-    for (int64_t j = 0; j < len / 2; ++j) {
-      out[2 * j] = scaled[p[j] >> 4];
-      out[2 * j + 1] = scaled[p[j] & 0x0F];
-    }
+    dequant4(scaled, p, len / 2, out);
     if (len % 2) out[len - 1] = scaled[p[len / 2] >> 4];
   }
 }
@@ -269,15 +311,8 @@ void gemm_i8_i32(const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t
   BRAID_CHECK(k < 133000, kNotSupported, "gemm_i8_i32: k ", k,
               " could overflow the int32 accumulator (expected k < 133000)");
   BRAID_CHECK(m * n == 0 || (a && b && c), kInvalidArgument, "gemm_i8_i32: null pointer");
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      const int8_t* ar = a + i * k;
-      const int8_t* br = b + j * k;
-      int32_t acc = 0;
-      for (int64_t p = 0; p < k; ++p) acc += int32_t{ar[p]} * int32_t{br[p]};
-      c[i * n + j] = acc;
-    }
-  }
+  if (m * n == 0) return;
+  quant_table().gemm_i8(a, b, m, n, k, c);
 }
 
 int64_t int8_linear(const float* x, int64_t m, int64_t k, const int8_t* cb, const float* scb,

@@ -4,8 +4,9 @@
 // bitsandbytes' double quantization applies to the 4-bit absmax), and LLM.int8's row-wise
 // absmax int8 with an int8 x int8 -> int32 GEMM and outlier columns kept in f32.
 //
-// Raw pointers and element counts, no Tensor inside (design.md, "Kernels"). Scalar reference
-// code only so far: no SIMD level of its own, and not in the kernel table. Like cpu.h this
+// Raw pointers and element counts, no Tensor inside (design.md, "Kernels"). A scalar reference;
+// gemm_i8_i32 (AVX2, AVX-512) and dequantize_4bit (AVX-512) also have SIMD levels picked per
+// call as cpu.h's kernels are, with the scalar bits. Not in the kernel table. Like cpu.h this
 // header is a device's own: only kernels/ and tensor/ include it (cmake/check_layering.py);
 // layers above reach it through braid/tensor/quant.h.
 //
