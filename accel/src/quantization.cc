@@ -76,10 +76,12 @@ DType parse_torch_dtype(const std::string& name) {
              "' (expected float32, float16, bfloat16 or float64)");
 }
 
-// Python's repr of a float (shortest round trip, always with a '.' or an exponent).
+// Python's repr of a float: the shortest round trip, fixed unless the exponent is below -4
+// (%g's rule; Python also keeps fixed notation up to 1e16, where %g switches at the digit count,
+// which an absmax mean never reaches), always with a '.' or an exponent.
 std::string python_float(double v) {
   char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
   std::string s(buf, r.ptr);
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s;
