@@ -266,6 +266,14 @@ def main(path, lib_path=None):
                 out[f"{name}.{qt}.dq_absmax"] = q2
                 out[f"{name}.{qt}.dq_nested_absmax"] = a2
                 out[f"{name}.{qt}.dq_offset"] = np.array([offset], dtype=F32)
+                if name == "randn_4096":
+                    # QuantState.as_dict(packed=True)'s quant_state entry for this tensor viewed
+                    # as a [64, 64] f32 weight: pack_dict_to_tensor(json.dumps(...)) bytes.
+                    state = {"quant_type": qt, "blocksize": 64, "dtype": "float32",
+                             "shape": (64, 64), "nested_blocksize": 256,
+                             "nested_dtype": "float32", "nested_offset": float(offset)}
+                    out[f"{name}.{qt}.quant_state_json"] = np.frombuffer(
+                        json.dumps(state).encode("utf-8"), dtype=np.uint8).copy()
         cases.append(name)
     w = (rng.standard_normal((24, 96)) * 0.05).astype(F32)
     act = rng.standard_normal((4, 96)).astype(F32)

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "braid/accel/quantization.h"
@@ -161,6 +162,32 @@ TEST(LoadAndQuantizeModel, PeakMemoryStaysNearTheQuantizedSize) {
               static_cast<long long>(f32_bytes), held, peak);
   // The f32 embeddings stay (wte / wpe / norms / biases); the largest f32 layer is staged once.
   EXPECT_LT(peak, 0.3 * static_cast<double>(f32_bytes));  // measured 0.23
+}
+
+// The keys and bytes bitsandbytes writes for one 4-bit weight, against
+// tests/reference/bnb_quant.safetensors: packed codes, nested absmax and the quant_state entry,
+// whose JSON the generator made with Python's json.dumps as QuantState.as_dict(packed=True)
+// does.
+TEST(QuantizedStateDict, MatchesBitsandbytesBytes) {
+  const SafetensorsFile ref =
+      SafetensorsFile::open(BRAID_SOURCE_DIR "/tests/reference/bnb_quant.safetensors");
+  const Tensor x = ref.get("randn_4096.x").reshape({64, 64});
+  for (const char* qt : {"nf4", "fp4"}) {
+    const std::string p = std::string("randn_4096.") + qt;
+    nn::Linear4bit layer(64, 64, nn::Bias::kNo, parse_quant4_type(qt), DType::kF32, true);
+    layer.set_weight(x);
+    std::map<std::string, Tensor> sd;
+    for (auto& [name, t] : quantized_state_dict(layer)) sd[name] = t;
+    ASSERT_EQ(sd.size(), 6u);
+    EXPECT_TRUE(equal(sd.at("weight").flatten(), ref.get(p + ".packed"))) << qt;
+    EXPECT_TRUE(equal(sd.at("weight.absmax"), ref.get(p + ".dq_absmax"))) << qt;
+    EXPECT_TRUE(equal(sd.at("weight.nested_absmax"), ref.get(p + ".dq_nested_absmax"))) << qt;
+    EXPECT_TRUE(equal(sd.at("weight.quant_map"), ref.get(std::string(qt) + "_code"))) << qt;
+    EXPECT_TRUE(equal(sd.at("weight.nested_quant_map"), ref.get("dynamic_code"))) << qt;
+    EXPECT_TRUE(equal(sd.at("weight.quant_state.bitsandbytes__" + std::string(qt)),
+                      ref.get(p + ".quant_state_json")))
+        << qt;
+  }
 }
 
 TEST(LoadAndQuantizeModel, RefusesWhatIsNotServed) {
