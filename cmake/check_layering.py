@@ -8,7 +8,8 @@ sits below it. Run by the build (target braid_check_layering) and by ctest.
 
 The compute seam (docs/kernels.md, "Kernel tables"): above tensor/, code reaches kernels
 through braid/kernels/table.h only. Including a device's own kernel header
-(braid/kernels/cpu.h, braid/kernels/cuda.h) is allowed in kernels/ and tensor/ alone.
+(braid/kernels/cpu.h, braid/kernels/cuda.h, braid/kernels/cpu_quant.h) is allowed in kernels/
+and tensor/ alone.
 
 Any model (docs/parallelism.md, "Any model"): shard/ and accel/ reach models through
 braid/nn/causal_lm.h (nn::CausalLM and its ParallelPlan). Their library code (src/ and
@@ -30,7 +31,7 @@ RANK.update({name: len(LAYERS) for name in TOP})
 
 SUFFIXES = {".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".hip", ".inc", ".in"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]braid/([A-Za-z0-9_]+)/')
-DEVICE_KERNELS = re.compile(r'^\s*#\s*include\s*[<"](braid/kernels/(?:cpu|cuda)\.h)[>"]')
+DEVICE_KERNELS = re.compile(r'^\s*#\s*include\s*[<"](braid/kernels/(?:cpu|cuda|cpu_quant)\.h)[>"]')
 DEVICE_KERNELS_ALLOWED = {"kernels", "tensor"}
 MODEL_HEADER = re.compile(r'^\s*#\s*include\s*[<"](braid/nn/(?:gpt|llama)\.h)[>"]')
 MODEL_FREE = {"shard", "accel"}

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+// The seed's "Quantization" section (Accelerate's utils/bnb.py) for braid's nn::Module
+// (docs/quantization.md): load_and_quantize_model builds quantized Linear layers into a model
+// (usually made under nn::InitEmptyWeights) and fills them from a safetensors checkpoint one
+// tensor at a time, so the full-precision model never exists in memory; and the quantized
+// weights are saved and loaded with bitsandbytes' tensor names and quant-state keys, the
+// layout of a bitsandbytes-quantized transformers checkpoint.
+//
+//   std::shared_ptr<nn::GPT> gpt;
+//   { nn::InitEmptyWeights empty;  gpt = std::make_shared<nn::GPT>(cfg); }
+//   BnbQuantizationConfig q;  q.load_in_4bit = true;  q.bnb_4bit_quant_type = "nf4";
+//   load_and_quantize_model(*gpt, q, "gpt2/");              // f32 / f16 / bf16 or bnb files
+//   save_quantized_model(*gpt, "gpt2-nf4/model.safetensors");
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "braid/accel/big_model.h"
+#include "braid/nn/quantized.h"
+#include "braid/tensor/safetensors.h"
+
+namespace braid::accel {
+
+using nn::BnbQuantizationConfig;
+
+struct LoadAndQuantizeResult {
+  std::vector<std::string> quantized_modules;  // replaced by Linear4bit / Linear8bitLt
+  std::vector<std::string> missing_keys;       // still without values after the load
+  std::vector<std::string> unexpected_keys;    // in the checkpoint, not in the model
+};
+
+// The seed's load_and_quantize_model(model, bnb_quantization_config, weights_location,
+// device_map, no_split_module_classes, max_memory, offload_folder, offload_state_dict).
+// Replaces the model's Linear layers (replace_with_quantized_linear: skip_modules,
+// keep_in_fp32_modules, torch_dtype), then, when weights_location is given (a .safetensors
+// file, an index .json, or a folder with model.safetensors or one *.safetensors.index.json),
+// reads every tensor in turn: a quantized layer's floating weight is quantized as it arrives
+// (transposed first for a Conv1D-layout layer); a weight already in bitsandbytes' format (with
+// its quant-state keys) is taken as it is; every other tensor goes into its parameter or buffer
+// in that one's dtype. Without weights_location the model's own (materialized) weights are
+// quantized. Only the CPU is served: a device_map entry other than "cpu", an offload_folder or
+// offload_state_dict throw kNotSupported.
+LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
+                                              const BnbQuantizationConfig& config,
+                                              const std::filesystem::path& weights_location = {},
+                                              const DeviceMap& device_map = {},
+                                              const std::filesystem::path& offload_folder = {},
+                                              bool offload_state_dict = false);
+
+// The model's state dict with quantized layers in bitsandbytes' names: 4-bit "<m>.weight" (u8
+// [(n+1)/2, 1]), "<m>.weight.absmax", "<m>.weight.quant_map", with double quantization
+// "<m>.weight.nested_absmax" and "<m>.weight.nested_quant_map", and
+// "<m>.weight.quant_state.bitsandbytes__nf4" / "__fp4" (u8 JSON bytes: quant_type, blocksize,
+// dtype, shape and the nested_* fields, as QuantState.as_dict(packed=True)); 8-bit
+// "<m>.weight" (i8 [out, in]), "<m>.SCB" (f32 [out]) and "<m>.weight_format" (u8 0, "row").
+// Every other parameter and persistent buffer under its own name (tied ones once).
+NamedTensors quantized_state_dict(nn::Module& model);
+// Writes quantized_state_dict to one safetensors file ("format": "pt" in the metadata, as
+// transformers writes).
+void save_quantized_model(nn::Module& model, const std::filesystem::path& file);
+
+}  // namespace braid::accel

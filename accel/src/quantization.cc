@@ -1,0 +1,325 @@
+// load_and_quantize_model and bitsandbytes-format quantized state dicts
+// (braid/accel/quantization.h). The checkpoint is memory-mapped; each tensor is converted or
+// quantized as it is reached, so at most one layer's full-precision weight is materialized.
+#include "braid/accel/quantization.h"
+
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "braid/core/error.h"
+#include "braid/core/file_util.h"
+
+namespace braid::accel {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr std::string_view kQuantStateKey = ".quant_state.bitsandbytes__";
+
+std::vector<fs::path> checkpoint_files(const fs::path& location) {
+  auto from_index = [](const fs::path& index) {
+    std::set<std::string> names;
+    for (const auto& [tensor, file] :
+         parse_safetensors_index(read_file(index), index.string()).weight_map) {
+      names.insert(file);
+    }
+    std::vector<fs::path> out;
+    for (const std::string& f : names) out.push_back(index.parent_path() / f);
+    return out;
+  };
+  if (fs::is_regular_file(location)) {
+    return location.extension() == ".json" ? from_index(location) : std::vector{location};
+  }
+  BRAID_CHECK(fs::is_directory(location), kIo, "load_and_quantize_model: weights_location '",
+              location.string(),
+              "' does not exist (expected a .safetensors file, an index .json or a folder)");
+  if (fs::is_regular_file(location / "model.safetensors")) return {location / "model.safetensors"};
+  std::vector<fs::path> indexes;
+  for (const auto& entry : fs::directory_iterator(location)) {
+    if (entry.path().filename().string().ends_with(".safetensors.index.json")) {
+      indexes.push_back(entry.path());
+    }
+  }
+  BRAID_CHECK(indexes.size() == 1, kInvalidArgument, "load_and_quantize_model: folder '",
+              location.string(), "' has no model.safetensors and ", indexes.size(),
+              " *.safetensors.index.json files (expected exactly one)");
+  return from_index(indexes.front());
+}
+
+std::string torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::kF64:
+      return "float64";
+    case DType::kF32:
+      return "float32";
+    case DType::kF16:
+      return "float16";
+    case DType::kBF16:
+      return "bfloat16";
+    default:
+      BRAID_FAIL(kInvalidArgument, "quantized weight of dtype ", t, " (expected floating)");
+  }
+}
+
+DType parse_torch_dtype(const std::string& name) {
+  if (name == "float64") return DType::kF64;
+  if (name == "float32") return DType::kF32;
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
+  BRAID_FAIL(kCorruptData, "bitsandbytes quant state: dtype '", name,
+             "' (expected float32, float16, bfloat16 or float64)");
+}
+
+// Python's repr of a float: the shortest round trip, fixed unless the exponent is below -4
+// (%g's rule; Python also keeps fixed notation up to 1e16, where %g switches at the digit count,
+// which an absmax mean never reaches), always with a '.' or an exponent.
+std::string python_float(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+  std::string s(buf, r.ptr);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";
+  return s;
+}
+
+// pack_dict_to_tensor(json.dumps(non-tensor fields)): the key order of QuantState.as_dict.
+Tensor pack_quant_state(const Quant4State& s) {
+  std::string j = "{\"quant_type\": \"" + std::string(quant4_type_name(s.type)) +
+                  "\", \"blocksize\": " + std::to_string(s.blocksize) + ", \"dtype\": \"" +
+                  torch_dtype_name(s.dtype) + "\", \"shape\": [";
+  for (size_t i = 0; i < s.shape.size(); ++i) {
+    j += (i ? ", " : "") + std::to_string(s.shape[i]);
+  }
+  j += "]";
+  if (s.nested) {
+    j += ", \"nested_blocksize\": " + std::to_string(s.nested_blocksize) +
+         ", \"nested_dtype\": \"float32\", \"nested_offset\": " + python_float(s.offset);
+  }
+  j += "}";
+  Tensor t = Tensor::empty({static_cast<int64_t>(j.size())}, DType::kU8);
+  std::memcpy(t.data_ptr(), j.data(), j.size());
+  return t;
+}
+
+Quant4State unpack_quant_state(const Tensor& packed, const std::string& key) {
+  const Tensor c = packed.contiguous();
+  const std::string text(static_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+  Quant4State s;
+  try {
+    const json j = json::parse(text);
+    s.type = parse_quant4_type(j.at("quant_type").get<std::string>());
+    s.blocksize = j.at("blocksize").get<int64_t>();
+    s.dtype = parse_torch_dtype(j.at("dtype").get<std::string>());
+    s.shape = j.at("shape").get<Shape>();
+    if (j.contains("nested_offset")) {
+      s.nested = true;
+      s.offset = j.at("nested_offset").get<float>();
+      s.nested_blocksize = j.at("nested_blocksize").get<int64_t>();
+    }
+  } catch (const json::exception& e) {
+    BRAID_FAIL(kCorruptData, "bitsandbytes quant state '", key, "': ", e.what());
+  }
+  return s;
+}
+
+std::string module_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? std::string() : name.substr(0, dot);
+}
+
+// Where each checkpoint tensor lives.
+struct Checkpoint {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::map<std::string, size_t> where;  // name -> file index
+  std::vector<std::string> order;       // names in file order
+
+  bool has(const std::string& name) const { return where.count(name) != 0; }
+  Tensor get(const std::string& name) const { return files[where.at(name)]->get(name); }
+};
+
+Checkpoint open_checkpoint(const fs::path& location) {
+  Checkpoint c;
+  for (const fs::path& p : checkpoint_files(location)) {
+    c.files.push_back(std::make_unique<SafetensorsFile>(SafetensorsFile::open(p)));
+    for (const std::string& n : c.files.back()->names()) {
+      c.where[n] = c.files.size() - 1;
+      c.order.push_back(n);
+    }
+  }
+  return c;
+}
+
+// A bitsandbytes 4-bit weight: the packed data and its quant-state tensors.
+QuantizedTensor4bit read_4bit(const Checkpoint& c, const std::string& weight,
+                              const std::string& state_key, std::set<std::string>& used) {
+  QuantizedTensor4bit q;
+  q.state = unpack_quant_state(c.get(state_key), state_key);
+  auto take = [&](const std::string& name) {
+    BRAID_CHECK(c.has(name), kCorruptData, "load_and_quantize_model: '", state_key, "' without '",
+                name, "'");
+    used.insert(name);
+    return c.get(name).clone();
+  };
+  q.packed = take(weight);
+  BRAID_CHECK(q.packed.dtype() == DType::kU8, kNotSupported, "load_and_quantize_model: '", weight,
+              "' is ", q.packed.dtype(), " (bnb_4bit_quant_storage other than uint8 is not read)");
+  q.state.absmax = take(weight + ".absmax");
+  q.state.code = take(weight + ".quant_map");
+  if (q.state.nested) {
+    q.state.nested_absmax = take(weight + ".nested_absmax");
+    q.state.nested_code = take(weight + ".nested_quant_map");
+  }
+  used.insert(state_key);
+  return q;
+}
+
+}  // namespace
+
+LoadAndQuantizeResult load_and_quantize_model(
+    nn::Module& model, const BnbQuantizationConfig& config, const fs::path& weights_location,
+    const DeviceMap& device_map, const fs::path& offload_folder, bool offload_state_dict) {
+  config.validate();
+  for (const auto& [name, device] : device_map) {
+    BRAID_CHECK(normalize_device(device) == "cpu", kNotSupported,
+                "load_and_quantize_model: device_map sends '", name, "' to '", device,
+                "'; quantized models are built on the cpu only");
+  }
+  BRAID_CHECK(offload_folder.empty() && !offload_state_dict, kNotSupported,
+              "load_and_quantize_model: offload_folder / offload_state_dict (disk offload of "
+              "quantized weights) is not supported");
+  LoadAndQuantizeResult result;
+  result.quantized_modules = nn::replace_with_quantized_linear(model, config);
+  if (weights_location.empty()) return result;
+
+  const Checkpoint ckpt = open_checkpoint(weights_location);
+  std::map<std::string, nn::Module*> quantized;
+  for (auto& [path, m] : model.named_modules()) {
+    if (dynamic_cast<nn::Linear4bit*>(m) || dynamic_cast<nn::Linear8bitLt*>(m)) {
+      quantized[path] = m;
+    }
+  }
+  std::map<std::string, nn::Parameter> params;
+  for (auto& [name, p] : model.named_parameters(/*remove_duplicate=*/false)) params[name] = p;
+  std::set<std::string> buffers;
+  for (auto& [name, t] : model.named_buffers()) buffers.insert(name);
+
+  std::set<std::string> used;
+  for (const std::string& name : ckpt.order) {
+    if (used.count(name)) continue;
+    const std::string mod = module_of(name);
+    const std::string leaf = name.substr(mod.empty() ? 0 : mod.size() + 1);
+    auto qit = quantized.find(mod);
+    if (qit != quantized.end() && leaf == "weight") {
+      used.insert(name);
+      if (auto* l4 = dynamic_cast<nn::Linear4bit*>(qit->second)) {
+        std::string state_key;
+        for (const char* t : {"nf4", "fp4"}) {
+          if (ckpt.has(name + std::string(kQuantStateKey) + t)) {
+            state_key = name + std::string(kQuantStateKey) + t;
+          }
+        }
+        if (!state_key.empty()) {
+          l4->set_quantized(read_4bit(ckpt, name, state_key, used));
+        } else {
+          l4->load_weight(ckpt.get(name));
+        }
+      } else {
+        auto* l8 = dynamic_cast<nn::Linear8bitLt*>(qit->second);
+        const Tensor w = ckpt.get(name);
+        if (w.dtype() == DType::kI8) {
+          BRAID_CHECK(ckpt.has(mod + ".SCB"), kCorruptData, "load_and_quantize_model: '", name,
+                      "' is int8 but '", mod, ".SCB' is missing");
+          used.insert(mod + ".SCB");
+          if (ckpt.has(mod + ".weight_format")) {
+            used.insert(mod + ".weight_format");
+            const Tensor f = ckpt.get(mod + ".weight_format").to(DType::kI64);
+            BRAID_CHECK(f.numel() == 1 && f.to_vector()[0] == 0, kNotSupported,
+                        "load_and_quantize_model: '", mod,
+                        ".weight_format' is not 0 (\"row\"), the only layout bitsandbytes saves");
+          }
+          l8->set_quantized({w.clone(), ckpt.get(mod + ".SCB").to(DType::kF32).clone()});
+        } else {
+          l8->load_weight(w);
+        }
+      }
+      continue;
+    }
+    auto pit = params.find(name);
+    if (pit != params.end()) {
+      Tensor& dst = pit->second.data();
+      const Tensor src = ckpt.get(name);
+      BRAID_CHECK(src.shape() == dst.shape(), kInvalidArgument, "load_and_quantize_model: '", name,
+                  "' has shape ", shape_str(src.shape()), " in the checkpoint and ",
+                  shape_str(dst.shape()), " in the model");
+      dst = src.to(kCPU, dst.dtype()).clone();
+      used.insert(name);
+      continue;
+    }
+    if (buffers.count(name)) {
+      Tensor& dst = model.get_submodule(mod).buffer(leaf);
+      dst = ckpt.get(name).to(kCPU, dst.dtype()).clone();
+      used.insert(name);
+      continue;
+    }
+  }
+  for (const std::string& name : ckpt.order) {
+    if (!used.count(name)) result.unexpected_keys.push_back(name);
+  }
+  for (auto& [path, m] : quantized) {
+    const bool has = dynamic_cast<nn::Linear4bit*>(m)
+                         ? dynamic_cast<nn::Linear4bit*>(m)->has_weight()
+                         : dynamic_cast<nn::Linear8bitLt*>(m)->has_weight();
+    if (!has) result.missing_keys.push_back(path.empty() ? "weight" : path + ".weight");
+  }
+  for (auto& [name, p] : model.named_parameters()) {
+    if (p.data().device() == kMeta) result.missing_keys.push_back(name);
+  }
+  return result;
+}
+
+NamedTensors quantized_state_dict(nn::Module& model) {
+  std::set<std::string> unique;
+  for (auto& [name, p] : model.named_parameters()) unique.insert(name);
+  std::set<std::string> all;
+  for (auto& [name, p] : model.named_parameters(false)) all.insert(name);
+  NamedTensors out;
+  for (auto& [name, t] : model.state_dict()) {
+    if (unique.count(name) || !all.count(name)) out.emplace_back(name, t);
+  }
+  for (auto& [path, m] : model.named_modules()) {
+    const std::string p = path.empty() ? "" : path + ".";
+    if (auto* l4 = dynamic_cast<nn::Linear4bit*>(m)) {
+      BRAID_CHECK(l4->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
+                  "' has no weight yet");
+      const QuantizedTensor4bit& q = l4->quantized();
+      out.emplace_back(p + "weight", q.packed);
+      out.emplace_back(p + "weight.absmax", q.state.absmax);
+      out.emplace_back(p + "weight.quant_map", q.state.code);
+      if (q.state.nested) {
+        out.emplace_back(p + "weight.nested_absmax", q.state.nested_absmax);
+        out.emplace_back(p + "weight.nested_quant_map", q.state.nested_code);
+      }
+      out.emplace_back(
+          p + "weight" + std::string(kQuantStateKey) + std::string(quant4_type_name(q.state.type)),
+          pack_quant_state(q.state));
+    } else if (auto* l8 = dynamic_cast<nn::Linear8bitLt*>(m)) {
+      BRAID_CHECK(l8->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
+                  "' has no weight yet");
+      out.emplace_back(p + "weight", l8->quantized().cb);
+      out.emplace_back(p + "SCB", l8->quantized().scb);
+      out.emplace_back(p + "weight_format", Tensor::zeros({}, DType::kU8));
+    }
+  }
+  return out;
+}
+
+void save_quantized_model(nn::Module& model, const fs::path& file) {
+  save_safetensors(file, quantized_state_dict(model), {{"format", "pt"}});
+}
+
+}  // namespace braid::accel

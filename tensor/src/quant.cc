@@ -1,0 +1,181 @@
+// Tensor-level quantization (braid/tensor/quant.h): argument checks, f32 staging and the
+// QuantState bookkeeping around the raw kernels of braid/kernels/cpu_quant.h.
+#include "braid/tensor/quant.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "braid/core/error.h"
+
+namespace braid {
+namespace {
+
+namespace kc = kernels::cpu;
+
+bool is_float(DType t) {
+  return t == DType::kF64 || t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+// x as a contiguous f32 CPU tensor.
+Tensor f32_cpu(const Tensor& x, const char* op) {
+  BRAID_CHECK(x.defined(), kInvalidArgument, op, ": undefined tensor");
+  BRAID_CHECK(x.device().type == DeviceType::kCPU, kNotSupported, op,
+              ": quantization runs on cpu tensors only, got ", x.device());
+  BRAID_CHECK(is_float(x.dtype()), kInvalidArgument, op, ": expected a floating tensor, got ",
+              x.dtype());
+  return x.to(DType::kF32).contiguous();
+}
+
+Tensor copy_of(const float* p, int64_t n) {
+  Tensor t = Tensor::empty({n}, DType::kF32);
+  std::memcpy(t.data_ptr(), p, static_cast<size_t>(n) * sizeof(float));
+  return t;
+}
+
+}  // namespace
+
+std::string_view quant4_type_name(Quant4Type type) {
+  return type == Quant4Type::kNf4 ? "nf4" : "fp4";
+}
+
+Quant4Type parse_quant4_type(std::string_view name) {
+  if (name == "nf4") return Quant4Type::kNf4;
+  if (name == "fp4") return Quant4Type::kFp4;
+  BRAID_FAIL(kInvalidArgument, "bnb_4bit_quant_type '", name,
+             "' is not supported (expected nf4 or fp4)");
+}
+
+int64_t QuantizedTensor4bit::nbytes() const {
+  int64_t n = static_cast<int64_t>(packed.nbytes());
+  for (const Tensor* t : {&state.absmax, &state.code, &state.nested_absmax, &state.nested_code}) {
+    if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  }
+  return n;
+}
+
+int64_t QuantizedInt8::nbytes() const {
+  return static_cast<int64_t>(cb.nbytes() + scb.nbytes());
+}
+
+QuantizedTensor4bit quantize_4bit(const Tensor& x, Quant4Type type, int64_t blocksize,
+                                  bool double_quant) {
+  const Tensor xf = f32_cpu(x, "quantize_4bit");
+  const int64_t n = xf.numel();
+  const int64_t blocks = (n + blocksize - 1) / std::max<int64_t>(blocksize, 1);
+  QuantizedTensor4bit q;
+  q.packed = Tensor::empty({(n + 1) / 2, 1}, DType::kU8);
+  Tensor absmax = Tensor::empty({blocks}, DType::kF32);
+  kc::quantize_4bit(type, xf.data<float>(), n, blocksize, q.packed.data<uint8_t>(),
+                    absmax.data<float>());
+  Quant4State& s = q.state;
+  s.type = type;
+  s.blocksize = blocksize;
+  s.shape = x.shape();
+  s.dtype = x.dtype();
+  s.code = copy_of(kc::quant4_code(type), 16);
+  if (!double_quant || blocks == 0) {
+    s.absmax = absmax;
+    return q;
+  }
+  const float* a = absmax.data<float>();
+  double sum = 0;
+  for (int64_t i = 0; i < blocks; ++i) sum += a[i];
+  s.nested = true;
+  s.offset = static_cast<float>(sum / static_cast<double>(blocks));
+  Tensor centred = Tensor::empty({blocks}, DType::kF32);
+  for (int64_t i = 0; i < blocks; ++i) centred.data<float>()[i] = a[i] - s.offset;
+  s.absmax = Tensor::empty({blocks}, DType::kU8);
+  s.nested_absmax = Tensor::empty({(blocks + s.nested_blocksize - 1) / s.nested_blocksize});
+  s.nested_code = copy_of(kc::dynamic_code_signed(), 256);
+  kc::quantize_blockwise_8bit(s.nested_code.data<float>(), centred.data<float>(), blocks,
+                              s.nested_blocksize, s.absmax.data<uint8_t>(),
+                              s.nested_absmax.data<float>());
+  return q;
+}
+
+Tensor absmax_f32(const Quant4State& s) {
+  if (!s.nested) return s.absmax.to(DType::kF32).contiguous();
+  BRAID_CHECK(s.absmax.dtype() == DType::kU8, kInvalidArgument,
+              "absmax_f32: a nested absmax must be u8, got ", s.absmax.dtype());
+  const int64_t blocks = s.absmax.numel();
+  Tensor out = Tensor::empty({blocks}, DType::kF32);
+  const Tensor qa = s.absmax.contiguous();
+  const Tensor na = s.nested_absmax.to(DType::kF32).contiguous();
+  const Tensor nc = s.nested_code.to(DType::kF32).contiguous();
+  BRAID_CHECK(nc.numel() == 256, kInvalidArgument, "absmax_f32: nested_quant_map has ", nc.numel(),
+              " entries (expected 256)");
+  kc::dequantize_blockwise_8bit(nc.data<float>(), qa.data<uint8_t>(), na.data<float>(), blocks,
+                                s.nested_blocksize, out.data<float>());
+  float* o = out.data<float>();
+  for (int64_t i = 0; i < blocks; ++i) o[i] += s.offset;
+  return out;
+}
+
+Tensor dequantize_4bit(const QuantizedTensor4bit& q, DType dtype) {
+  BRAID_CHECK(is_float(dtype), kInvalidArgument, "dequantize_4bit: target dtype ", dtype,
+              " is not floating");
+  const Quant4State& s = q.state;
+  const int64_t n = shape_numel(s.shape);
+  BRAID_CHECK(q.packed.dtype() == DType::kU8 && q.packed.numel() == (n + 1) / 2, kInvalidArgument,
+              "dequantize_4bit: packed data is ", q.packed.dtype(), " with ", q.packed.numel(),
+              " bytes (expected u8 with ", (n + 1) / 2, " for shape ", shape_str(s.shape), ")");
+  const Tensor absmax = absmax_f32(s);
+  BRAID_CHECK(absmax.numel() == (n + s.blocksize - 1) / s.blocksize, kInvalidArgument,
+              "dequantize_4bit: ", absmax.numel(), " absmax values for ", n,
+              " elements in blocks of ", s.blocksize);
+  const Tensor code = s.code.to(DType::kF32).contiguous();
+  BRAID_CHECK(code.numel() == 16, kInvalidArgument, "dequantize_4bit: quant_map has ", code.numel(),
+              " entries (expected 16)");
+  Tensor out = Tensor::empty(s.shape, DType::kF32);
+  const Tensor packed = q.packed.contiguous();
+  kc::dequantize_4bit(code.data<float>(), packed.data<uint8_t>(), absmax.data<float>(), n,
+                      s.blocksize, out.data<float>());
+  return dtype == DType::kF32 ? out : out.to(dtype);
+}
+
+QuantizedInt8 quantize_int8(const Tensor& w) {
+  BRAID_CHECK(w.dim() == 2, kInvalidArgument,
+              "quantize_int8: expected a 2-d weight [out, in], got shape ", shape_str(w.shape()));
+  const Tensor wf = f32_cpu(w, "quantize_int8");
+  const int64_t rows = wf.shape()[0], cols = wf.shape()[1];
+  QuantizedInt8 q{Tensor::empty({rows, cols}, DType::kI8), Tensor::empty({rows}, DType::kF32)};
+  kc::quantize_int8_rows(wf.data<float>(), rows, cols, 0.0f, q.cb.data<int8_t>(),
+                         q.scb.data<float>(), nullptr);
+  return q;
+}
+
+Tensor dequantize_int8(const QuantizedInt8& q, DType dtype) {
+  const Tensor cb = q.cb.contiguous();
+  const Tensor scb = q.scb.to(DType::kF32).contiguous();
+  const int64_t rows = cb.shape()[0], cols = cb.shape()[1];
+  Tensor out = Tensor::empty({rows, cols}, DType::kF32);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = scb.data<float>()[r] / 127.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      out.data<float>()[r * cols + c] = static_cast<float>(cb.data<int8_t>()[r * cols + c]) * s;
+    }
+  }
+  return dtype == DType::kF32 ? out : out.to(dtype);
+}
+
+Tensor int8_linear(const Tensor& x, const QuantizedInt8& w, double threshold) {
+  BRAID_CHECK(w.cb.dtype() == DType::kI8 && w.cb.dim() == 2, kInvalidArgument,
+              "int8_linear: weight must be i8 [out, in], got ", w.cb.dtype(), " ",
+              shape_str(w.cb.shape()));
+  const int64_t out = w.cb.shape()[0], in = w.cb.shape()[1];
+  BRAID_CHECK(x.dim() >= 1 && x.shape().back() == in, kInvalidArgument, "int8_linear: input shape ",
+              shape_str(x.shape()), " does not end in in_features ", in);
+  const Tensor xf = f32_cpu(x, "int8_linear");
+  const int64_t m = xf.numel() / std::max<int64_t>(in, 1);
+  Shape yshape = x.shape();
+  yshape.back() = out;
+  Tensor y = Tensor::empty(yshape, DType::kF32);
+  const Tensor cb = w.cb.contiguous();
+  const Tensor scb = w.scb.to(DType::kF32).contiguous();
+  kc::int8_linear(xf.data<float>(), m, in, cb.data<int8_t>(), scb.data<float>(), out,
+                  static_cast<float>(threshold), y.data<float>());
+  return y;
+}
+
+}  // namespace braid
