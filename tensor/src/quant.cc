@@ -29,7 +29,7 @@ Tensor f32_cpu(const Tensor& x, const char* op) {
 
 Tensor copy_of(const float* p, int64_t n) {
   Tensor t = Tensor::empty({n}, DType::kF32);
-  std::memcpy(t.data_ptr(), p, static_cast<size_t>(n) * sizeof(float));
+  if (n > 0) std::memcpy(t.data_ptr(), p, static_cast<size_t>(n) * sizeof(float));
   return t;
 }
 

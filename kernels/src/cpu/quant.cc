@@ -214,7 +214,7 @@ void quantize_4bit(Quant4Type type, const float* x, int64_t n, int64_t blocksize
                    float* absmax) {
   check_block("quantize_4bit", x, packed, absmax, n, blocksize);
   auto quant = type == Quant4Type::kNf4 ? quantize_nf4 : quantize_fp4;
-  std::memset(packed, 0, static_cast<size_t>((n + 1) / 2));
+  if (n > 0) std::memset(packed, 0, static_cast<size_t>((n + 1) / 2));  // null when n == 0
   for (int64_t b0 = 0; b0 < n; b0 += blocksize) {
     const int64_t len = std::min(blocksize, n - b0);
     const float m = block_absmax(x + b0, len);
