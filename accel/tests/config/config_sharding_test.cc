@@ -239,8 +239,8 @@ TEST(ShardingPlan, DeepSpeed) {
 TEST(ShardingPlan, MegatronDataParallelPart) {
   AcceleratorConfig c = load_config_file(data_dir() / "accelerate_megatron.yaml");
   ShardingPlan p = sharding_plan(c);
-  EXPECT_EQ(p.options.stage, ZeroStage::k1);  // distributed optimizer
-  EXPECT_TRUE(p.options.activation_checkpointing);    // recompute_activations
+  EXPECT_EQ(p.options.stage, ZeroStage::k1);        // distributed optimizer
+  EXPECT_TRUE(p.options.activation_checkpointing);  // recompute_activations
   EXPECT_EQ(p.gradient_clipping, 1.0);
   c.megatron_lm_plugin->use_distributed_optimizer = false;
   c.megatron_lm_plugin->gradient_clipping = 0;
