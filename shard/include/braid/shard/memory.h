@@ -43,8 +43,8 @@ struct MemoryWorkload {
   bool clip_grad_norm = false;   // ShardedModel::clip_grad_norm_ after finish_gradients
 };
 
-// The optimizer stepping ShardedModel::optimizer_parameters() (its state is allocated as the
-// real one allocates it: nn::make_optimizer).
+// The optimizer stepping ShardedModel::optimizer_parameters(): the real nn::SGD, Adam, AdamW or
+// Lion with these options, so its state is allocated as in training.
 struct MemoryOptimizer {
   kernels::OptimAlgo algo = kernels::OptimAlgo::kAdamW;
   nn::OptimizerOptions options{};
