@@ -17,6 +17,7 @@
 
 #include "bench/bench.h"
 #include "bench/collectives.h"
+#include "bench/machine_probe.h"
 #include "bench/report.h"
 #include "bench/sweep.h"
 #include "braid/comm/rank_info.h"
@@ -170,6 +171,7 @@ int run_rank(const BenchOptions& o) {
   std::unique_ptr<Collectives> braid = make_braid_collectives(store, o.backend);
 
   Out out(braid->rank() == 0, o.report_fd);
+  const MachineProbe probe_start = probe_machine(*store, me.rank, me.world_size, "start");
   std::vector<OpResult> all;
   if (peers.empty()) {
     all = run_sweeps(*braid, o, out);
@@ -180,6 +182,8 @@ int run_rank(const BenchOptions& o) {
     for (size_t i = 1; i < per_lib.size(); ++i) out.print(format_ratios(per_lib[0], per_lib[i]));
     for (auto& r : per_lib) all.insert(all.end(), r.begin(), r.end());
   }
+  const MachineProbe probe_end = probe_machine(*store, me.rank, me.world_size, "end");
+  out.print(format_probe(probe_start, probe_end));
   out.print(format_steal(cpu_steal(stat_before, cpu_stat_line())));
   if (braid->rank() == 0 && !o.json_path.empty()) {
     std::ofstream f(o.json_path);

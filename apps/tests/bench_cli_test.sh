@@ -35,6 +35,9 @@ sweep)
   done
   [ "$(grep -c '^# Out of bounds values : 0 OK$' "$tmp/out")" -eq 6 ] || fail "footer count"
   grep -q '^# Avg bus bandwidth    : ' "$tmp/out" || fail "no average footer"
+  # The machine probe ran between the two ranks at both ends (no figure is asserted).
+  grep -Eq '^# machine probe, 1 MiB copy between ranks 0 and 1: at the start [0-9.]+ GB/s .*; at the end [0-9.]+ GB/s' \
+    "$tmp/out" || fail "no machine probe footer"
   "$python" - "$tmp/out.json" "$tmp/out" <<'EOF' || fail "JSON does not match the table"
 import json, sys
 d = json.load(open(sys.argv[1]))

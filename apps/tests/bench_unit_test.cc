@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/bench.h"
 #include "bench/check.h"
+#include "bench/machine_probe.h"
 #include "bench/report.h"
 #include "bench/sweep.h"
+#include "braid/comm/store.h"
 #include "braid/core/error.h"
 
 namespace braid::bench {
@@ -307,6 +310,47 @@ TEST(BenchSweep, InterleavedSweepAlternatesTheLibrariesLoopByLoop) {
     expect.push_back("B barrier");
   }
   EXPECT_EQ(log, expect);
+}
+
+// The probe between two threads of one process over an in-memory store: the same segment and
+// protocol as between two ranks, so both copies are measured and rank 0 has the figures.
+TEST(MachineProbe, TwoRanksMeasureBothCopies) {
+  auto store = std::make_shared<InMemoryStore>();
+  MachineProbe r0, r1;
+  std::thread t([&] { r1 = probe_machine(*store, 1, 3, "t"); });
+  r0 = probe_machine(*store, 0, 3, "t");
+  t.join();
+  ASSERT_EQ(r0.skipped, "");
+  EXPECT_GT(r0.cross_gbs, 0);
+  EXPECT_GT(r0.local_gbs, 0);
+  EXPECT_EQ(r1.skipped, "");
+  EXPECT_GT(r1.cross_gbs, 0);
+  const MachineProbe r2 = probe_machine(*store, 2, 3, "t");  // rank 2 takes no part
+  EXPECT_EQ(r2.skipped, "");
+  EXPECT_EQ(r2.cross_gbs, 0);
+  EXPECT_EQ(probe_machine(*store, 0, 1, "u").skipped, "one rank");
+}
+
+TEST(MachineProbe, FooterWarnsOnlyBelowTheSlowRatio) {
+  MachineProbe ok{.local_gbs = 30, .cross_gbs = 15, .skipped = ""};
+  MachineProbe slow{.local_gbs = 30, .cross_gbs = 2, .skipped = ""};
+  MachineProbe none{
+      .local_gbs = 0, .cross_gbs = 0, .skipped = "ranks 0 and 1 are on different hosts"};
+  const std::string fine = format_probe(ok, ok);
+  EXPECT_NE(fine.find("at the start 15.0 GB/s (0.50 of the copy within one, 30.0 GB/s)"),
+            std::string::npos)
+      << fine;
+  EXPECT_EQ(fine.find("warning"), std::string::npos) << fine;
+  const std::string bad = format_probe(ok, slow);
+  EXPECT_NE(bad.find("# warning: at the end the copy between processes ran at 0.07"),
+            std::string::npos)
+      << bad;
+  EXPECT_EQ(bad.find("at the start the copy"), std::string::npos) << bad;
+  const std::string skipped = format_probe(none, none);
+  EXPECT_NE(skipped.find("not run (ranks 0 and 1 are on different hosts)"), std::string::npos);
+  EXPECT_EQ(skipped.find("warning"), std::string::npos);
+  EXPECT_EQ(format_probe(MachineProbe{.skipped = "one rank"}, MachineProbe{.skipped = "one rank"}),
+            "");
 }
 
 }  // namespace
