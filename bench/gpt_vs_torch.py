@@ -13,9 +13,12 @@ to the caller (run_gpt.sh sets it: with 2 threads on 2 cores, ACTIVE spin-waits 
 throughput when the other core is busy), OPENBLAS_CORETYPE likewise.
 Prints one JSON line per dtype: {"dtype", "threads", "tokens_per_s" (median of the steps),
 "step_ms" list, "loss_first", "loss_last"}.
+BRAID_GPT_MODEL=gpt2 runs GPT-2 small instead (124M: vocab 50257, context 1024, d 768, 12 layers,
+12 heads) at batch 4 x 256 tokens, as braid_bench_gpt does; BRAID_GPT_BATCH overrides the batch.
 usage: gpt_vs_torch.py <threads> <steps> <warmup> <dtype>...
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,13 +30,19 @@ from transformers import GPT2Config, GPT2LMHeadModel
 def run(dtype, threads, steps, warmup):
     torch.manual_seed(0)
     torch.set_num_threads(threads)
-    cfg = GPT2Config(vocab_size=256, n_positions=256, n_embd=256, n_layer=4, n_head=4,
-                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                     attn_pdrop=0.0)
+    model_name = os.environ.get("BRAID_GPT_MODEL", "tiny")
+    if model_name not in ("tiny", "gpt2"):
+        sys.exit(f"BRAID_GPT_MODEL='{model_name}': expected tiny or gpt2")
+    small = model_name == "gpt2"
+    V = 50257 if small else 256
+    cfg = GPT2Config(vocab_size=V, n_positions=1024 if small else 256,
+                     n_embd=768 if small else 256, n_layer=12 if small else 4,
+                     n_head=12 if small else 4, activation_function="gelu_new",
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, foreach=True)
-    B, T = 8, 256
-    data = torch.randint(0, 256, (steps + warmup, B, T + 1))
+    B, T = int(os.environ.get("BRAID_GPT_BATCH", 4 if small else 8)), 256
+    data = torch.randint(0, V, (steps + warmup, B, T + 1))
     times, losses = [], []
     for i in range(steps + warmup):
         x, y = data[i, :, :-1], data[i, :, 1:]
@@ -42,10 +51,10 @@ def run(dtype, threads, steps, warmup):
         if dtype == "bf16":
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 logits = model(x).logits
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
         else:
             logits = model(x).logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
         loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -53,7 +62,7 @@ def run(dtype, threads, steps, warmup):
         if i >= warmup:
             times.append(dt)
     med = statistics.median(times)
-    return {"dtype": dtype, "threads": threads, "tokens_per_s": B * T / med,
+    return {"model": model_name, "batch": B, "dtype": dtype, "threads": threads, "tokens_per_s": B * T / med,
             "step_ms": [round(t * 1e3, 2) for t in times], "loss_first": losses[0],
             "loss_last": losses[-1], "torch": torch.__version__}
 

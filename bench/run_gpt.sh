@@ -7,6 +7,7 @@
 # OMP_WAIT_POLICY=PASSIVE, OPENBLAS_CORETYPE=SkylakeX (machine-notes.md: doubles its sgemm
 # here), foreach AdamW.
 # Usage: bench/run_gpt.sh [build dir (build)] [threads (2)] [steps per round (5)] [rounds (3)]
+# BRAID_GPT_MODEL=gpt2 (GPT-2 small, batch 4 x 256) and BRAID_GPT_BATCH reach both sides.
 set -euo pipefail
 build=${1:-build}
 threads=${2:-2}
@@ -32,7 +33,10 @@ for line in open(sys.argv[1]):
     who, js = line.split(" ", 1)
     r = json.loads(js)
     rows.setdefault((who, r["dtype"]), []).append(r)
-print(f"# tiny GPT (4 layers, d 256, 4 heads, T 256, vocab 256, batch 8): one step = forward + "
+first = next(iter(rows.values()))[0]
+desc = ("GPT-2 small (124M: 12 layers, d 768, 12 heads, vocab 50257)" if first.get("model") == "gpt2"
+        else "tiny GPT (4 layers, d 256, 4 heads, vocab 256)")
+print(f"# {desc}, T 256, batch {first.get('batch', 8)}: one step = forward + "
       f"cross-entropy + backward + AdamW; {sys.argv[2]} threads, {sys.argv[3]} timed steps x "
       f"{sys.argv[4]} rounds, median")
 print(f"{'dtype':6} {'braid tok/s':>12} {'torch tok/s':>12} {'braid/torch':>12}")

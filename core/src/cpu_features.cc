@@ -2,6 +2,8 @@
 #include "braid/core/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -76,13 +78,31 @@ CpuFeatures detect() {
 
 CpuIsa read_cap() {
   const char* env = std::getenv("BRAID_CPU_ISA");
-  if (!env || !*env) return CpuIsa::kAvx512Bf16;
+  if (!env || !*env) return CpuIsa::kAmx;
   const std::string_view v(env);
-  for (int i = 0; i <= static_cast<int>(CpuIsa::kAvx512Bf16); ++i) {
+  for (int i = 0; i <= static_cast<int>(CpuIsa::kAmx); ++i) {
     if (v == cpu_isa_name(static_cast<CpuIsa>(i))) return static_cast<CpuIsa>(i);
   }
   BRAID_FAIL(kInvalidArgument, "BRAID_CPU_ISA='", v,
-             "' is not known; expected scalar, avx2, avx512 or avx512bf16");
+             "' is not known; expected scalar, avx2, avx512, avx512bf16 or amx");
+}
+
+// Linux hands out AMX's tile data state (8 KB per thread) only to a process that asks
+// (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+); the first tile instruction of one that did not
+// dies of SIGILL. Asked once, the first time the kAmx level is considered. The kernel refuses
+// (ENOSPC) when a thread's alternate signal stack is too small for the larger signal frame:
+// then the level is simply not offered.
+bool amx_permitted() {
+  static const bool permitted = [] {
+#if defined(__linux__)
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return ::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return permitted;
 }
 
 }  // namespace
@@ -102,6 +122,8 @@ std::string_view cpu_isa_name(CpuIsa isa) {
       return "avx512";
     case CpuIsa::kAvx512Bf16:
       return "avx512bf16";
+    case CpuIsa::kAmx:
+      return "amx";
   }
   return "?";
 }
@@ -117,12 +139,14 @@ bool cpu_supports(CpuIsa isa) {
       return f.avx512;
     case CpuIsa::kAvx512Bf16:
       return f.avx512_bf16;
+    case CpuIsa::kAmx:
+      return f.avx512_bf16 && f.amx_tile && amx_permitted();
   }
   return false;
 }
 
 CpuIsa cpu_max_isa() {
-  for (int i = static_cast<int>(CpuIsa::kAvx512Bf16); i > 0; --i) {
+  for (int i = static_cast<int>(CpuIsa::kAmx); i > 0; --i) {
     if (cpu_supports(static_cast<CpuIsa>(i))) return static_cast<CpuIsa>(i);
   }
   return CpuIsa::kScalar;

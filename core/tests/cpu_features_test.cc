@@ -28,6 +28,7 @@ TEST(CpuIsa, Names) {
   EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
   EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx512), "avx512");
   EXPECT_EQ(cpu_isa_name(CpuIsa::kAvx512Bf16), "avx512bf16");
+  EXPECT_EQ(cpu_isa_name(CpuIsa::kAmx), "amx");
 }
 
 TEST(CpuFeatures, LevelsFormALattice) {
@@ -40,9 +41,11 @@ TEST(CpuFeatures, LevelsFormALattice) {
   EXPECT_EQ(cpu_supports(CpuIsa::kAvx2), f.avx2);
   EXPECT_EQ(cpu_supports(CpuIsa::kAvx512), f.avx512);
   EXPECT_EQ(cpu_supports(CpuIsa::kAvx512Bf16), f.avx512_bf16);
+  // kAmx also needs the OS's permission, so it implies the features but not the converse.
+  EXPECT_TRUE(!cpu_supports(CpuIsa::kAmx) || (f.amx_tile && f.avx512_bf16));
   EXPECT_TRUE(cpu_supports(cpu_max_isa()));
   const int next = static_cast<int>(cpu_max_isa()) + 1;
-  if (next <= static_cast<int>(CpuIsa::kAvx512Bf16)) {
+  if (next <= static_cast<int>(CpuIsa::kAmx)) {
     EXPECT_FALSE(cpu_supports(static_cast<CpuIsa>(next)));
   }
   EXPECT_LE(static_cast<int>(cpu_active_isa()), static_cast<int>(cpu_max_isa()));
@@ -73,7 +76,7 @@ TEST(ScopedCpuIsa, IsPerThread) {
 }
 
 TEST(ScopedCpuIsa, UnsupportedLevelThrowsAndChangesNothing) {
-  if (cpu_max_isa() == CpuIsa::kAvx512Bf16) GTEST_SKIP() << "this CPU supports every level";
+  if (cpu_max_isa() == CpuIsa::kAmx) GTEST_SKIP() << "this CPU supports every level";
   const auto unsupported = static_cast<CpuIsa>(static_cast<int>(cpu_max_isa()) + 1);
   ScopedCpuIsa scalar(CpuIsa::kScalar);
   try {

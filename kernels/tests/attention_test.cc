@@ -22,7 +22,7 @@ namespace {
 
 std::vector<CpuIsa> simd_levels() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (cpu_supports(isa)) out.push_back(isa);
   }
   return out;

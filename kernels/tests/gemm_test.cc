@@ -227,6 +227,31 @@ TEST(Gemm, LargeShapesEveryTransposeAgainstExact) {
   }
 }
 
+// bf16 inputs at the sizes of the packed kernels (vdpbf16ps at avx512bf16, AMX tiles at amx):
+// several 128-row blocks with a partial one, k over two slices and not a multiple of the
+// 32-deep AMX tile, more than one column block, f32 and bf16 C.
+TEST(Gemm, LargeBf16ShapesEveryTransposeAgainstExact) {
+  const Size sizes[] = {{64, 64, 64}, {300, 70, 545}, {77, 2100, 65}, {130, 96, 1030}};
+  uint32_t seed = 700;
+  for (const Size& s : sizes) {
+    for (Trans ta : kTrans) {
+      for (Trans tb : kTrans) {
+        for (double beta : {0.0, 0.5}) {
+          const Problem p = make_problem(ta, tb, s.m, s.n, s.k, 1, 1, -1.25, beta, seed++);
+          Problem pr = p;
+          for (auto& v : pr.c) v = as_double(bfloat16(static_cast<float>(v)));
+          for (CpuIsa isa : testing::simd_isas()) {
+            check_against_exact<bfloat16>(p, run<bfloat16, float>(p, isa), 0x1p-24, 0,
+                                          describe(p, isa));
+            check_against_exact<bfloat16>(pr, run<bfloat16, bfloat16>(pr, isa), 0x1p-24, 0x1p-8,
+                                          describe(pr, isa));
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, HandChecked) {
   // A = [[1, 2, 3], [4, 5, 6]], B = [[7, 8], [9, 10], [11, 12]]: AB = [[58, 64], [139, 154]].
   const float a[6] = {1, 2, 3, 4, 5, 6}, at[6] = {1, 4, 2, 5, 3, 6};

@@ -24,7 +24,8 @@ namespace braid::kernels::cpu::testing {
 // Every level this CPU can run, kScalar first.
 inline std::vector<CpuIsa> supported_isas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16}) {
+  for (CpuIsa isa :
+       {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAmx}) {
     if (cpu_supports(isa)) out.push_back(isa);
   }
   return out;

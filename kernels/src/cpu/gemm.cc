@@ -265,7 +265,10 @@ void gemm_widened(const GemmArgs& g) {
   if constexpr (std::is_same_v<In, bfloat16>) {
     // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
     // level (the reference) and smaller problems widen as below.
-    if (cpu_dispatch_isa() == CpuIsa::kAvx512Bf16 && uses_packed_f32(g.m, g.n, g.k)) {
+    const CpuIsa isa = cpu_dispatch_isa();
+    if (isa >= CpuIsa::kAvx512Bf16 && uses_packed_f32(g.m, g.n, g.k)) {
+      const auto kernel =
+          isa == CpuIsa::kAmx ? avx512bf16::bf16gemm_amx : avx512bf16::bf16gemm_packed;
       for (int64_t i = 0; i < g.batch; ++i) {
         C* c = static_cast<C*>(g.c) + i * g.stride_c;
         GemmCoreBf16 core{ta,    tb,
@@ -280,18 +283,18 @@ void gemm_widened(const GemmArgs& g) {
           core.beta = static_cast<float>(g.beta);
           core.c = c;
           core.ldc = g.ldc;
-          run_split(avx512bf16::bf16gemm_packed, core, true);
+          run_split(kernel, core, true);
         } else if (std::is_same_v<C, bfloat16> && g.k <= kBf16Kc) {
           // One k slice: the kernel rounds into the bf16 C itself, as epilogue() would.
           core.alpha = static_cast<float>(g.alpha);
           core.beta = static_cast<float>(g.beta);
           core.c16 = reinterpret_cast<uint16_t*>(c);
           core.ldc = g.ldc;
-          run_split(avx512bf16::bf16gemm_packed, core, true);
+          run_split(kernel, core, true);
         } else {
           core.c = acc;
           core.ldc = g.n;
-          run_split(avx512bf16::bf16gemm_packed, core, true);
+          run_split(kernel, core, true);
           epilogue(acc, g.m, g.n, g.alpha, g.beta, c, g.ldc);
         }
       }

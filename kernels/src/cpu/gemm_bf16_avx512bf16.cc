@@ -103,7 +103,8 @@ void pack_a(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t p0, int64_t k
 }
 
 // B k [p0, p0 + kc) x columns [j0, j0 + nc): panel c holds, per k-pair q, kNr columns of two
-// bf16 each (the pair interleaved, as vdpbf16ps reads it).
+// bf16 each (the pair interleaved, as vdpbf16ps reads it; AMX's "VNNI" layout of B). kc2 may
+// exceed kc: pairs past it are zero.
 void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t j0, int64_t nc,
             uint16_t* dst) {
   for (int64_t c = 0; c < nc; c += kNr) {
@@ -112,6 +113,10 @@ void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t 
     for (int64_t q = 0; q < kc2 / 2; ++q) {
       uint16_t* d = panel + q * 2 * kNr;
       const int64_t p = p0 + 2 * q;
+      if (2 * q >= kc) {  // padding past the slice (the AMX kernel's whole k tiles)
+        std::memset(d, 0, 2 * kNr * sizeof(uint16_t));
+        continue;
+      }
       const bool odd_tail = 2 * q + 1 >= kc;
       if (!g.trans_b && !odd_tail && cols == kNr) {
         // Interleave two rows of 32 bf16 with 16-bit unpacks.
@@ -161,23 +166,33 @@ inline __m512 bf16_to_f32(__mmask16 lanes, const uint16_t* p) {
 
 // The bf16 C tile (GemmCoreBf16::c16): bf16(alpha acc), or bf16(alpha acc + beta C) with C
 // widened, as gemm.cc's epilogue computes it (no fused multiply-add).
-inline void store_tile_bf16(const __m512 (&acc)[kTileRows][2], uint16_t* c, int64_t ldc,
-                            int64_t rows, int64_t cols, float alpha, float beta) {
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+struct TileStoreBf16 {
+  __m512 va, vb;
+  float beta;
   __mmask16 m0, m1;
-  tile_column_masks(cols, m0, m1);
-#pragma GCC unroll 12
-  for (int i = 0; i < kTileRows; ++i) {
-    if (i >= rows) break;
-    uint16_t* crow = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]);
-    __m512 r1 = _mm512_mul_ps(va, acc[i][1]);
+  TileStoreBf16(int64_t cols, float alpha, float beta_)
+      : va(_mm512_set1_ps(alpha)), vb(_mm512_set1_ps(beta_)), beta(beta_) {
+    tile_column_masks(cols, m0, m1);
+  }
+  void row(__m512 acc0, __m512 acc1, uint16_t* crow) const {
+    __m512 r0 = _mm512_mul_ps(va, acc0);
+    __m512 r1 = _mm512_mul_ps(va, acc1);
     if (beta != 0.0f) {
       r0 = _mm512_add_ps(r0, _mm512_mul_ps(vb, bf16_to_f32(m0, crow)));
       r1 = _mm512_add_ps(r1, _mm512_mul_ps(vb, bf16_to_f32(m1, crow + 16)));
     }
     _mm256_mask_storeu_epi16(crow, m0, to_bf16_bits(r0));
     _mm256_mask_storeu_epi16(crow + 16, m1, to_bf16_bits(r1));
+  }
+};
+
+inline void store_tile_bf16(const __m512 (&acc)[kTileRows][2], uint16_t* c, int64_t ldc,
+                            int64_t rows, int64_t cols, float alpha, float beta) {
+  const TileStoreBf16 st(cols, alpha, beta);
+#pragma GCC unroll 12
+  for (int i = 0; i < kTileRows; ++i) {
+    if (i >= rows) break;
+    st.row(acc[i][0], acc[i][1], c + i * ldc);
   }
 }
 
@@ -237,6 +252,205 @@ void bf16gemm_packed(const GemmCoreBf16& g) {
       }
     }
   }
+}
+
+// ---- AMX (the kAmx level) ----------------------------------------------------------------
+//
+// The same loop nest with the products on AMX tiles: TDPBF16PS multiplies a 16 x 32 bf16 A
+// tile by a 16-pair x 16-column B tile and adds both products of every pair into a 16 x 16
+// f32 C tile (Intel's pseudocode: pair element 0 then 1, round to nearest even, denormal
+// inputs and outputs flushed to zero). A C block is 2 x 2 tiles (32 x 32), its k run in tiles
+// of 32 in order, so every C element adds its k terms in a fixed order that does not depend on
+// the thread count or the run. B is pack_b's layout (one pair row per 128 bytes: a tile of 16
+// columns is loaded with a 128-byte stride); A is packed row-major with k padded to whole
+// tiles. The block's tiles go through a 4 KB buffer into C by the epilogues the vdpbf16ps
+// kernel uses (TileStore, TileStoreBf16).
+namespace {
+
+constexpr int64_t kAmxK = 32;      // bf16 per A tile row: 16 pairs
+constexpr int64_t kAmxBlock = 32;  // C block: 2 x 2 tiles of 16 x 16
+constexpr int64_t kAmxMc = 128;
+static_assert(kKc % kAmxK == 0 && kNr == kAmxBlock);
+
+int64_t round_up(int64_t v, int64_t to) {
+  return (v + to - 1) / to * to;
+}
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Tiles 0-3: C (16 rows x 16 f32); 4, 5: A (16 rows x 32 bf16); 6, 7: B (16 pairs x 16
+// columns x 2 bf16). Every tile is 16 rows of 64 bytes.
+[[gnu::target("amx-tile")]] void amx_configure() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // GCC 12's ldtilecfg builtin does not tell the optimizer that it reads the 64 bytes, which
+  // then drops the stores above (seen: a config of zero rows, and SIGILL at the first tile
+  // instruction). The empty asm makes them visible.
+  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+[[gnu::target("amx-tile")]] void amx_release() {
+  _tile_release();
+}
+
+// A rows [i0, i0 + mc) x k [p0, p0 + kc) into dst row-major (row stride kcp, a multiple of
+// kAmxK), rows up to mcp; everything past the block is zero.
+void pack_a_rows(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t mcp, int64_t p0, int64_t kc,
+                 int64_t kcp, uint16_t* dst) {
+  if (!g.trans_a) {
+    for (int64_t i = 0; i < mc; ++i) {
+      uint16_t* d = dst + i * kcp;
+      std::memcpy(d, g.a + (i0 + i) * g.lda + p0, static_cast<size_t>(kc) * 2);
+      std::memset(d + kc, 0, static_cast<size_t>(kcp - kc) * 2);
+    }
+  } else {
+    // Stored A is [k, m]. Per 32 rows: two k rows of 32 values interleave into 32 pairs (as
+    // pack_b does) in a [pairs][32] staging block, which 4 x 4 word transposes turn into the
+    // rows of dst. The staging block covers all kcp / 2 pairs (zero past kc).
+    alignas(64) uint16_t stage[(kKc / 2) * 64];
+    for (int64_t i = 0; i < mc; i += 32) {
+      const int64_t n = mc - i < 32 ? mc - i : 32;
+      const __mmask32 lm = n >= 32 ? ~__mmask32(0) : __mmask32((uint32_t{1} << n) - 1);
+      for (int64_t q = 0; q < kcp / 2; ++q) {
+        const int64_t p = 2 * q;
+        const uint16_t* src = g.a + (p0 + p) * g.lda + i0 + i;
+        const __m512i r0 = p < kc ? _mm512_maskz_loadu_epi16(lm, src) : _mm512_setzero_si512();
+        const __m512i r1 =
+            p + 1 < kc ? _mm512_maskz_loadu_epi16(lm, src + g.lda) : _mm512_setzero_si512();
+        const __m512i lo = _mm512_unpacklo_epi16(r0, r1);
+        const __m512i hi = _mm512_unpackhi_epi16(r0, r1);
+        _mm512_store_si512(stage + q * 64, _mm512_permutex2var_epi64(
+                                               lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi));
+        _mm512_store_si512(
+            stage + q * 64 + 32,
+            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));
+      }
+      // stage[q][r] (words) -> dst[i + r][q]; rows past mc take the zeros of the masked loads.
+      const int64_t rows = (i + 32 <= mcp) ? 32 : mcp - i;
+      for (int64_t q = 0; q < kcp / 2; q += 4) {
+        for (int64_t r = 0; r < rows; r += 4) {
+          transpose_words_4x4(stage + q * 64 + 2 * r, 64, dst + (i + r) * kcp + 2 * q, kcp);
+        }
+      }
+    }
+    return;  // rows mc .. mcp were written by the transposes
+  }
+  for (int64_t i = mc; i < mcp; ++i) std::memset(dst + i * kcp, 0, static_cast<size_t>(kcp) * 2);
+}
+
+// A 32 x 32 C block on tiles 0-3 over ktiles k tiles of A (row stride a_ld elements) and the
+// B panel at b. kLoad: the tiles start from c (row stride c_ld floats) instead of zero; the
+// result is stored to c either way.
+template <bool kLoad>
+[[gnu::target("amx-tile,amx-bf16")]] void amx_block(int64_t ktiles, const uint16_t* a, int64_t a_ld,
+                                                    const uint16_t* b, float* c, int64_t c_ld) {
+  const int64_t c_stride = c_ld * 4;  // bytes
+  if constexpr (kLoad) {
+    _tile_loadd(0, c, c_stride);
+    _tile_loadd(1, c + 16, c_stride);
+    _tile_loadd(2, c + 16 * c_ld, c_stride);
+    _tile_loadd(3, c + 16 * c_ld + 16, c_stride);
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  const int64_t a_stride = a_ld * 2, b_stride = 2 * kNr * 2;  // bytes
+  for (int64_t t = 0; t < ktiles; ++t) {
+    const uint16_t* at = a + t * kAmxK;
+    const uint16_t* bt = b + t * (kAmxK / 2) * 2 * kNr;
+    _tile_loadd(4, at, a_stride);
+    _tile_loadd(5, at + 16 * a_ld, a_stride);
+    _tile_loadd(6, bt, b_stride);
+    _tile_loadd(7, bt + 32, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, c_stride);
+  _tile_stored(1, c + 16, c_stride);
+  _tile_stored(2, c + 16 * c_ld, c_stride);
+  _tile_stored(3, c + 16 * c_ld + 16, c_stride);
+}
+
+}  // namespace
+
+// Where a C block goes: a whole 32 x 32 block of an f32 C with alpha 1 accumulates on the
+// tiles straight in C (from zero on the first k slice with beta 0, from C with beta 1 or on
+// later slices), so C += the slice's products one at a time in k order; anything else (bf16
+// C, other alpha / beta, partial blocks) goes through a buffer and TileStore / TileStoreBf16.
+// Both orders are fixed, so the bits do not depend on threads or runs.
+void bf16gemm_amx(const GemmCoreBf16& g) {
+  const int64_t nc_max = g.n < kNc ? round_up(g.n, kNr) : kNc;
+  const int64_t kcp_max = g.k < kKc ? round_up(g.k, kAmxK) : kKc;
+  const int64_t mc_max = g.m < kAmxMc ? round_up(g.m, kAmxBlock) : kAmxMc;
+  uint16_t* const bpack = t_bpack.get<uint16_t>(kcp_max * nc_max);
+  uint16_t* const apack = t_apack.get<uint16_t>(kcp_max * mc_max);
+  alignas(64) float buf[kAmxBlock * kAmxBlock];
+  const bool direct_c = g.c16 == nullptr && g.alpha == 1.0f;
+  amx_configure();
+  for (int64_t j0 = 0; j0 < g.n; j0 += kNc) {
+    const int64_t nc = g.n - j0 < kNc ? g.n - j0 : kNc;
+    for (int64_t p0 = 0; p0 < g.k; p0 += kKc) {
+      const int64_t kc = g.k - p0 < kKc ? g.k - p0 : kKc;
+      const int64_t kcp = round_up(kc, kAmxK);
+      const bool first = p0 == 0;
+      const bool load_c = !first || g.beta == 1.0f;
+      const bool c_direct_ok = direct_c && (!first || g.beta == 0.0f || g.beta == 1.0f);
+      pack_b(g, p0, kc, kcp, j0, nc, bpack);
+      for (int64_t i0 = 0; i0 < g.m; i0 += kAmxMc) {
+        const int64_t mc = g.m - i0 < kAmxMc ? g.m - i0 : kAmxMc;
+        // A whole-tile block of a plain A is read in place; otherwise packed.
+        const bool a_direct = !g.trans_a && kc == kcp && mc % kAmxBlock == 0;
+        const uint16_t* ablock = a_direct ? g.a + i0 * g.lda + p0 : apack;
+        const int64_t a_ld = a_direct ? g.lda : kcp;
+        if (!a_direct) pack_a_rows(g, i0, mc, round_up(mc, kAmxBlock), p0, kc, kcp, apack);
+        for (int64_t jr = 0; jr < nc; jr += kNr) {
+          const int64_t cols = nc - jr < kNr ? nc - jr : kNr;
+          const uint16_t* bpanel = bpack + jr * kcp;
+          for (int64_t ir = 0; ir < mc; ir += kAmxBlock) {
+            const int64_t rows = mc - ir < kAmxBlock ? mc - ir : kAmxBlock;
+            const int64_t at = (i0 + ir) * g.ldc + j0 + jr;
+            const uint16_t* arows = ablock + ir * a_ld;
+            if (c_direct_ok && rows == kAmxBlock && cols == kNr) {
+              if (load_c) {
+                amx_block<true>(kcp / kAmxK, arows, a_ld, bpanel, g.c + at, g.ldc);
+              } else {
+                amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, g.c + at, g.ldc);
+              }
+              continue;
+            }
+            amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, buf, kAmxBlock);
+            if (g.c16 != nullptr) {
+              const TileStoreBf16 st(cols, g.alpha, g.beta);
+              for (int64_t r = 0; r < rows; ++r) {
+                st.row(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16),
+                       g.c16 + at + r * g.ldc);
+              }
+            } else {
+              const TileStore st(cols, g.alpha, g.beta, first);
+              for (int64_t r = 0; r < rows; ++r) {
+                st.row(_mm512_load_ps(buf + r * 32), _mm512_load_ps(buf + r * 32 + 16),
+                       g.c + at + r * g.ldc);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  amx_release();
 }
 
 }  // namespace braid::kernels::cpu::avx512bf16

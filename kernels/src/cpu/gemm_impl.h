@@ -75,6 +75,8 @@ struct GemmCoreBf16 {
 constexpr int64_t kBf16Kc = 512;
 namespace avx512bf16 {
 void bf16gemm_packed(const GemmCoreBf16& g);
+// The same product on AMX tiles (TDPBF16PS), for the kAmx level: gemm_bf16_avx512bf16.cc.
+void bf16gemm_amx(const GemmCoreBf16& g);
 }  // namespace avx512bf16
 
 }  // namespace braid::kernels::cpu

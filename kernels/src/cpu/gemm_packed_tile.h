@@ -50,27 +50,39 @@ inline void tile_column_masks(int64_t cols, __mmask16& m0, __mmask16& m1) {
                     : __mmask16((1u << (cols - 16)) - 1u);
 }
 
-// C tile (rows x cols valid) = alpha acc + beta C on the first k slice, C += alpha acc on
-// later ones; columns past `cols` are masked off.
-inline void store_tile(const __m512 (&acc)[kTileRows][2], float* c, int64_t ldc, int64_t rows,
-                       int64_t cols, float alpha, float beta, bool first) {
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  const bool read_c = !first || beta != 0.0f;
-  const __m512 vc_scale = first ? vb : _mm512_set1_ps(1.0f);
+// How a tile's accumulators go into C: alpha acc + beta C on the first k slice, C += alpha
+// acc on later ones (C is read only where that needs it); columns past `cols` masked off.
+struct TileStore {
+  __m512 va, vc_scale;
+  bool read_c;
   __mmask16 m0, m1;
-  tile_column_masks(cols, m0, m1);
-#pragma GCC unroll 12
-  for (int i = 0; i < kTileRows; ++i) {
-    if (i >= rows) break;
-    float* crow = c + i * ldc;
-    __m512 r0 = _mm512_mul_ps(va, acc[i][0]);
-    __m512 r1 = _mm512_mul_ps(va, acc[i][1]);
+  TileStore(int64_t cols, float alpha, float beta, bool first)
+      : va(_mm512_set1_ps(alpha)),
+        vc_scale(first ? _mm512_set1_ps(beta) : _mm512_set1_ps(1.0f)),
+        read_c(!first || beta != 0.0f) {
+    tile_column_masks(cols, m0, m1);
+  }
+  // One row of the tile: accumulators acc0 (columns 0-15) and acc1 (16-31) into crow.
+  void row(__m512 acc0, __m512 acc1, float* crow) const {
+    __m512 r0 = _mm512_mul_ps(va, acc0);
+    __m512 r1 = _mm512_mul_ps(va, acc1);
     if (read_c) {
       r0 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m0, crow), r0);
       r1 = _mm512_fmadd_ps(vc_scale, _mm512_maskz_loadu_ps(m1, crow + 16), r1);
     }
     _mm512_mask_storeu_ps(crow, m0, r0);
     _mm512_mask_storeu_ps(crow + 16, m1, r1);
+  }
+};
+
+// C tile (rows x cols valid) from a 12 x 32 register tile, as TileStore says.
+inline void store_tile(const __m512 (&acc)[kTileRows][2], float* c, int64_t ldc, int64_t rows,
+                       int64_t cols, float alpha, float beta, bool first) {
+  const TileStore st(cols, alpha, beta, first);
+#pragma GCC unroll 12
+  for (int i = 0; i < kTileRows; ++i) {
+    if (i >= rows) break;
+    st.row(acc[i][0], acc[i][1], c + i * ldc);
   }
 }
 

@@ -22,6 +22,7 @@ struct IsaTable {
   Fn get() const { return get(cpu_dispatch_isa()); }
   Fn get(CpuIsa isa) const {
     switch (isa) {
+      case CpuIsa::kAmx:  // only the bf16 GEMM has an AMX path, chosen inside gemm.cc
       case CpuIsa::kAvx512Bf16:
         if (avx512bf16) return avx512bf16;
         [[fallthrough]];

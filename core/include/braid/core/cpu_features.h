@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // CPU features detected at run time (cpuid + xgetbv), so one binary picks the widest SIMD
-// path the machine has. BRAID_CPU_ISA=scalar|avx2|avx512|avx512bf16 caps the choice (for
+// path the machine has. BRAID_CPU_ISA=scalar|avx2|avx512|avx512bf16|amx caps the choice (for
 // tests and for comparing paths on one machine).
 #pragma once
 
@@ -23,9 +23,11 @@ struct CpuFeatures {
 const CpuFeatures& cpu_features();
 
 // The SIMD levels kernels are compiled for, narrowest first.
-enum class CpuIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+// kAmx: AVX512_BF16 plus AMX tiles for bf16 products (AMX-TILE, AMX-BF16, the OS's tile state
+// and, on Linux, the process's permission to use it, asked for once with arch_prctl).
+enum class CpuIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3, kAmx = 4 };
 
-std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
+std::string_view cpu_isa_name(CpuIsa isa);  // "scalar", "avx2", "avx512", "avx512bf16", "amx"
 // Widest level the CPU supports.
 CpuIsa cpu_max_isa();
 // The level kernels dispatch to: cpu_max_isa() capped by BRAID_CPU_ISA (read once).
