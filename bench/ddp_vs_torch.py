@@ -38,13 +38,20 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-B, T = 8, 256
+# BRAID_GPT_MODEL=gpt2: GPT-2 small (124M: vocab 50257, context 1024, d 768, 12 layers, 12
+# heads) on a global batch of 4 x 256 tokens, as bench/zero_bench.cc; BRAID_GPT_BATCH sets it.
+MODEL = os.environ.get("BRAID_GPT_MODEL", "tiny")
+if MODEL not in ("tiny", "gpt2"):
+    sys.exit(f"BRAID_GPT_MODEL='{MODEL}': expected tiny or gpt2")
+SMALL = MODEL == "gpt2"
+V = 50257 if SMALL else 256
+B, T = int(os.environ.get("BRAID_GPT_BATCH", 4 if SMALL else 8)), 256
 
 
 def batch(step, first, count):
     """Sequences [first, first + count) of step `step`'s global batch."""
     g = torch.Generator().manual_seed(1000003 * step + 17)
-    data = torch.randint(0, 256, (B, T + 1), generator=g)[first:first + count]
+    data = torch.randint(0, V, (B, T + 1), generator=g)[first:first + count]
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 
@@ -60,7 +67,7 @@ def timed_steps(ddp, opt, dtype, steps, warmup, rank, world, sync):
         with ctx:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
                 logits = ddp(x).logits
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1))
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
             loss.backward()
         opt.step()
         dt = time.perf_counter() - t0
@@ -82,9 +89,10 @@ def worker(rank, world, port, steps, warmup, dtypes):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
-    cfg = GPT2Config(vocab_size=256, n_positions=256, n_embd=256, n_layer=4, n_head=4,
-                     activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
-                     attn_pdrop=0.0)
+    cfg = GPT2Config(vocab_size=V, n_positions=1024 if SMALL else 256,
+                     n_embd=768 if SMALL else 256, n_layer=12 if SMALL else 4,
+                     n_head=12 if SMALL else 4, activation_function="gelu_new",
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     for dtype in dtypes:
         torch.manual_seed(0)
         model = GPT2LMHeadModel(cfg).train()

@@ -13,6 +13,9 @@
 # OPENBLAS_CORETYPE=SkylakeX, OPENBLAS_NUM_THREADS=1, foreach AdamW.
 # Usage: bench/run_zero.sh [build dir (build)] [steps per round (5)] [rounds (3)]
 # BRAID_ZERO_RAW=FILE keeps every run's JSON line (rank 0's step times, phases) in FILE.
+# BRAID_GPT_MODEL=gpt2 runs GPT-2 small (global batch 4 x 256) on both sides; then
+# BRAID_ZERO_STAGES (default "0 1 2 3"), BRAID_ZERO_DTYPES (default "fp32 bf16 bf16p") and
+# BRAID_ZERO_OVERLAP (off or on; default both where available) keep a run short.
 set -euo pipefail
 build=${1:-build}
 steps=${2:-5}
@@ -29,20 +32,27 @@ trap 'rm -f "$out"' EXIT
 raw=${BRAID_ZERO_RAW:-}  # a path: keep every run's JSON line there
 overlaps=(default)
 [[ $("$bin" --features) == "overlap yes" ]] && overlaps=(off on)
+[[ -n ${BRAID_ZERO_OVERLAP:-} ]] && overlaps=("$BRAID_ZERO_OVERLAP")
+read -r -a stages <<<"${BRAID_ZERO_STAGES:-0 1 2 3}"
+read -r -a dtypes <<<"${BRAID_ZERO_DTYPES:-fp32 bf16 bf16p}"
+torch_dtypes=()
+for d in "${dtypes[@]}"; do
+  [[ $d == bf16p ]] || torch_dtypes+=("$d")
+done
 export BRAID_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE OPENBLAS_CORETYPE=SkylakeX \
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < rounds; r++)); do
-  "$bin" single "$steps" 2 fp32 bf16 | sed 's/^/braid /' >>"$out"
-  for stage in 0 1 2 3; do
+  "$bin" single "$steps" 2 "${torch_dtypes[@]}" | sed 's/^/braid /' >>"$out"
+  for stage in "${stages[@]}"; do
     for ov in "${overlaps[@]}"; do
       args=()
       [[ $ov == default ]] || args=(--overlap "$ov")
       "$braid" launch --nproc-per-node 2 --timeout 300 "$bin" "$stage" "$steps" 2 "${args[@]}" \
-        fp32 bf16 bf16p | sed -n 's/^\[rank 0\] \({.*\)$/braid \1/p' >>"$out"
+        "${dtypes[@]}" | sed -n 's/^\[rank 0\] \({.*\)$/braid \1/p' >>"$out"
     done
   done
-  "$torch_python" "$here/ddp_vs_torch.py" "$steps" 2 fp32 bf16 | sed 's/^/torch /' >>"$out"
+  "$torch_python" "$here/ddp_vs_torch.py" "$steps" 2 "${torch_dtypes[@]}" | sed 's/^/torch /' >>"$out"
   echo "# round $((r + 1)) done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 echo "# load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -57,7 +67,13 @@ for line in open(sys.argv[1]):
         "single" if r["mode"] == "single" else f"ZeRO-{r['mode']}", r["overlap"])
     rows.setdefault(key + (r["dtype"],), []).append(r)
 med = lambda rs, k: statistics.median(r[k] for r in rs)
-print(f"# tiny GPT (4 layers, d 256, 4 heads, T 256, vocab 256), global batch 8 x 256 tokens; "
+import os
+model = ("GPT-2 small (12 layers, d 768, 12 heads, T 256, vocab 50257), global batch "
+         f"{os.environ.get('BRAID_GPT_BATCH', 4)} x 256 tokens"
+         if os.environ.get("BRAID_GPT_MODEL") == "gpt2" else
+         "tiny GPT (4 layers, d 256, 4 heads, T 256, vocab 256), global batch "
+         f"{os.environ.get('BRAID_GPT_BATCH', 8)} x 256 tokens")
+print(f"# {model}; "
       f"one step = forward + cross-entropy + backward (+ gradient reduction) + AdamW; 2 ranks x 1 "
       f"thread (single: 1 process x 1 thread, whole batch); {sys.argv[2]} timed steps x "
       f"{sys.argv[3]} rounds, medians")

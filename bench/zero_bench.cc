@@ -3,6 +3,9 @@
 // 0.01) on a global batch of 8 sequences of 256 tokens (2048 tokens a step), at ZeRO stages
 // 0-3 (shard/include/braid/shard/fsdp.h) over the ranks of `braid launch`, or in one plain
 // process. bench/ddp_vs_torch.py runs the same model and batch with PyTorch DDP.
+// BRAID_GPT_MODEL=gpt2: GPT-2 small instead (124M: vocab 50257, context 1024, d 768, 12
+// layers, 12 heads) on a global batch of 4 x 256 tokens (issue 35); BRAID_GPT_BATCH sets the
+// global batch.
 //
 //   braid launch --nproc-per-node 2 braid_bench_zero <0|1|2|3> <steps> <warmup> <dtype>...
 //   braid_bench_zero single <steps> <warmup> <dtype>...              dtype: fp32 | bf16 | bf16p
@@ -41,6 +44,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +65,22 @@ namespace {
 using namespace braid;
 using Clock = std::chrono::steady_clock;
 
-constexpr int64_t kBatch = 8, kContext = 256;
+constexpr int64_t kContext = 256;
+
+bool gpt2_small() {
+  const char* m = std::getenv("BRAID_GPT_MODEL");
+  if (m == nullptr || std::string(m) == "tiny") return false;
+  BRAID_CHECK(std::string(m) == "gpt2", kInvalidArgument, "BRAID_GPT_MODEL='", m,
+              "': expected tiny or gpt2");
+  return true;
+}
+
+// The global batch in sequences: 8 (tiny) or 4 (gpt2), or BRAID_GPT_BATCH.
+const int64_t kBatch = [] {
+  const char* b = std::getenv("BRAID_GPT_BATCH");
+  return b != nullptr ? std::stoll(b) : (gpt2_small() ? 4 : 8);
+}();
+const int64_t kVocab = gpt2_small() ? 50257 : 256;
 
 // Nanoseconds spent inside collectives of "timed" groups since the last reset.
 std::atomic<int64_t> g_comm_ns{0};
@@ -99,12 +118,13 @@ double median(std::vector<double> v) {
 }
 
 std::shared_ptr<nn::GPT> tiny_gpt() {
+  const bool small = gpt2_small();
   nn::GPTConfig cfg;
-  cfg.vocab_size = 256;
-  cfg.n_positions = kContext;
-  cfg.n_embd = 256;
-  cfg.n_layer = 4;
-  cfg.n_head = 4;
+  cfg.vocab_size = kVocab;
+  cfg.n_positions = small ? 1024 : kContext;
+  cfg.n_embd = small ? 768 : 256;
+  cfg.n_layer = small ? 12 : 4;
+  cfg.n_head = small ? 12 : 4;
   cfg.embd_pdrop = cfg.attn_pdrop = cfg.resid_pdrop = 0.0;
   auto gpt = std::make_shared<nn::GPT>(cfg);
   Generator gen(0);
@@ -116,7 +136,7 @@ std::shared_ptr<nn::GPT> tiny_gpt() {
 std::pair<Tensor, Tensor> batch(int64_t step, int64_t first, int64_t count) {
   Generator gen(1000003 * static_cast<uint64_t>(step) + 17);
   Tensor data = Tensor::empty({kBatch, kContext + 1}, DType::kI64);
-  gen.fill_randint(data.data<int64_t>(), data.numel(), 0, 256);
+  gen.fill_randint(data.data<int64_t>(), data.numel(), 0, kVocab);
   data = data.narrow(0, first, count);
   return {data.narrow(1, 0, kContext).contiguous(), data.narrow(1, 1, kContext).contiguous()};
 }
@@ -372,7 +392,8 @@ int run(int argc, char** argv) {
   po.backend = "timed";
   auto world_pg = ProcessGroup::create(po);
   const int rank = world_pg->rank(), world = world_pg->size();
-  BRAID_CHECK(kBatch % world == 0, kInvalidArgument, "world size ", world, " must divide 8");
+  BRAID_CHECK(kBatch % world == 0, kInvalidArgument, "world size ", world,
+              " must divide the global batch ", kBatch);
   // A one-rank group of each rank's own (every rank creates them all, in the same order).
   std::shared_ptr<ProcessGroup> alone;
   for (int r = 0; r < world; ++r) {
