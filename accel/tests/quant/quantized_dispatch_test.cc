@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/accel/quantization.h"
 #include "braid/core/allocator.h"
+#include "braid/core/error.h"
 #include "braid/core/file_util.h"
 #include "braid/nn/gpt.h"
 #include "braid/nn/llama.h"
@@ -299,22 +301,107 @@ TEST(QuantizedDispatch, MaterializedModelAndExplicitMap) {
   EXPECT_TRUE(bitwise(gpt->forward(ids), want));  // second pass: read ahead
 }
 
+void expect_error(const std::function<void()>& fn, ErrorKind kind, const std::string& fragment) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    EXPECT_NE(e.message().find(fragment), std::string::npos) << e.message();
+  }
+}
+
 TEST(QuantizedDispatch, Refusals) {
   TempDir dir;
   nn::GPTConfig cfg = gpt_config();
   cfg.n_embd = 64;
   nn::save_pretrained(nn::GPT(cfg), dir.path / "model");
   auto fresh = [&] { return meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model"); };
-  // disk without a folder; a GPU; an unknown strategy.
-  EXPECT_THROW(
-      load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model", DeviceMap{{"", "disk"}}),
-      Error);
-  EXPECT_THROW(load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
-                                       DeviceMap{{"", "cuda:0"}}),
-               Error);
-  EXPECT_THROW(load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
-                                       {.device_map = "fastest", .offload_folder = dir.path}),
-               Error);
+  expect_error(
+      [&] {
+        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+                                DeviceMap{{"", "disk"}});
+      },
+      ErrorKind::kInvalidArgument, "offload_folder");
+  expect_error(
+      [&] {
+        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+                                DeviceMap{{"", "cuda:0"}});
+      },
+      ErrorKind::kNotSupported, "cuda:0");
+  expect_error(
+      [&] {
+        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+                                {.device_map = "fastest", .offload_folder = dir.path});
+      },
+      ErrorKind::kInvalidArgument, "fastest");
+  // A map that leaves tensors out.
+  expect_error(
+      [&] {
+        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+                                DeviceMap{{"transformer.h", "disk"}}, dir.path / "off");
+      },
+      ErrorKind::kInvalidArgument, "transformer.wte.weight");
+}
+
+// compute_module_sizes counts a quantized layer's tensors, meta placeholders included, so a map
+// is inferred from the quantized size. NF4 with double quantization of mlp.c_fc at d 64
+// (64 -> 256, 16,384 weights, 256 blocks of 64): packed 8,192 B, u8 absmax 256 B, nested absmax
+// 1 x 4 B, quant_map 16 x 4 B, nested_quant_map 256 x 4 B, bias 256 x 4 B.
+TEST(QuantizedDispatch, SizesCountQuantizedTensors) {
+  TempDir dir;
+  nn::GPTConfig cfg = gpt_config();
+  cfg.n_embd = 64;
+  nn::save_pretrained(nn::GPT(cfg), dir.path / "model");
+  const int64_t want = 8192 + 256 + 4 + 64 + 1024 + 1024;
+  // Placeholders (before anything is read): through a map that puts everything on disk.
+  auto m = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
+  LoadAndQuantizeResult r = load_and_quantize_model(*m, mode("nf4-dq"), dir.path / "model",
+                                                    DeviceMap{{"", "disk"}}, dir.path / "off");
+  EXPECT_EQ(compute_module_sizes(*m).at("transformer.h.0.mlp.c_fc"), want);
+  EXPECT_TRUE(fs::exists(dir.path / "off" / "transformer.h.0.mlp.c_fc.weight.nested_absmax.dat"));
+  EXPECT_EQ(fs::file_size(dir.path / "off" / "transformer.h.0.mlp.c_fc.weight.dat"), 8192u);
+  // Loaded in memory: the same count.
+  auto whole = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
+  load_and_quantize_model(*whole, mode("nf4-dq"), dir.path / "model");
+  EXPECT_EQ(compute_module_sizes(*whole).at("transformer.h.0.mlp.c_fc"), want);
+}
+
+// A bitsandbytes-format file written by save_quantized_model, loaded with its blocks on disk:
+// the pre-quantized tensors are taken as they are, offloaded, streamed; same logits.
+TEST(QuantizedDispatch, PreQuantizedFileOnDisk) {
+  TempDir dir;
+  nn::GPTConfig cfg = gpt_config();
+  cfg.n_embd = 64;
+  for (const char* name : {"int8", "nf4-dq"}) {
+    SCOPED_TRACE(name);
+    auto src = std::make_shared<nn::GPT>(cfg);
+    Generator gen(4);
+    src->init_weights(gen);
+    src->eval();
+    nn::replace_with_quantized_linear(*src, mode(name));
+    const fs::path file = dir.path / (std::string(name) + ".safetensors");
+    save_quantized_model(*src, file);
+    const Tensor ids = Tensor::from_vector({1, 5, 9, 2}, {1, 4}, DType::kI64);
+    nn::NoGradGuard no_grad;
+    const Tensor want = src->forward(ids);
+    std::shared_ptr<nn::GPT> m;
+    {
+      nn::InitEmptyWeights empty;
+      m = std::make_shared<nn::GPT>(cfg);
+    }
+    m->eval();
+    LoadAndQuantizeResult r =
+        load_and_quantize_model(*m, mode(name), file,
+                                {.device_map = DeviceMap{{"", "cpu"}, {"transformer.h", "disk"}},
+                                 .no_split_module_classes = {"GPT2Block"},
+                                 .offload_folder = dir.path / (std::string("off-") + name)});
+    EXPECT_TRUE(r.missing_keys.empty()) << r.missing_keys.front();
+    EXPECT_TRUE(r.unexpected_keys.empty()) << r.unexpected_keys.front();
+    EXPECT_EQ(r.dispatched.offloaded_modules().size(), 4u);
+    EXPECT_TRUE(bitwise(m->forward(ids), want));
+    EXPECT_TRUE(bitwise(m->forward(ids), want));
+  }
 }
 
 }  // namespace
