@@ -207,12 +207,16 @@ void quantized_under_half(const Config& cfg, const std::string& block_class,
     const auto before = static_cast<int64_t>(cpu.stats().current_bytes);
     const fs::path offload = dir.path / (std::string("offload-") + name);
     auto m = meta_model<Model, Config>(dir.path / "model");
+    cpu.reset_peak();
     LoadAndQuantizeResult r = load_and_quantize_model(
         *m, c, dir.path / "model",
         {.device_map = "auto",
          .max_memory = MaxMemory{{"cpu", quantized_bytes * 6 / 10}, {"disk", 0}},
          .no_split_module_classes = {block_class},
          .offload_folder = offload});
+    // Loading holds the resident part, one f32 weight being quantized and its quantized form.
+    const int64_t load_peak = static_cast<int64_t>(cpu.stats().peak_bytes) - before;
+    EXPECT_LE(load_peak, f32_bytes / 2);
     ASSERT_TRUE(r.missing_keys.empty()) << r.missing_keys.front();
     EXPECT_TRUE(r.unexpected_keys.empty()) << r.unexpected_keys.front();
     const std::vector<std::string> streamed = r.dispatched.offloaded_modules();
@@ -238,13 +242,14 @@ void quantized_under_half(const Config& cfg, const std::string& block_class,
     const Run got = generate(*m, before);
     std::printf(
         "[ measured ] %s %s: f32 %lld B, quantized %lld B (%.3f B per parameter; f32: 4), "
-        "%zu modules on disk, resident %lld B, peak generating %lld B (whole quantized in "
-        "memory: %lld B; cap half f32 %lld B)\n",
+        "%zu modules on disk, peak loading %lld B, resident %lld B, peak generating %lld B "
+        "(whole quantized in memory: %lld B; cap half f32 %lld B)\n",
         m->type_name().c_str(), name, static_cast<long long>(f32_bytes),
         static_cast<long long>(quantized_bytes),
         4.0 * static_cast<double>(quantized_bytes) / static_cast<double>(f32_bytes),
-        streamed.size(), static_cast<long long>(got.resident), static_cast<long long>(got.peak),
-        static_cast<long long>(whole.peak), static_cast<long long>(f32_bytes / 2));
+        streamed.size(), static_cast<long long>(load_peak), static_cast<long long>(got.resident),
+        static_cast<long long>(got.peak), static_cast<long long>(whole.peak),
+        static_cast<long long>(f32_bytes / 2));
     EXPECT_LE(got.peak, f32_bytes / 2);
     EXPECT_LT(got.peak, whole.peak);  // the disk really saves memory
     EXPECT_TRUE(bitwise(got.tokens, whole.tokens));
