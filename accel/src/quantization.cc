@@ -293,7 +293,8 @@ LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
   config.validate();
   LoadAndQuantizeResult result;
   result.quantized_modules = nn::replace_with_quantized_linear(model, config);
-  if (!weights_location.empty()) {
+  if (!weights_location.empty() && std::holds_alternative<std::string>(options.device_map)) {
+    // A map is inferred from sizes: the layers must show their quantized size before the load.
     for (auto& [path, m] : model.named_modules()) give_meta_placeholder(*m, config);
   }
   const DeviceMap map = resolve_map(model, config, options);
@@ -451,6 +452,10 @@ NamedTensors quantized_state_dict(nn::Module& model) {
     if (auto* l4 = dynamic_cast<nn::Linear4bit*>(m)) {
       BRAID_CHECK(l4->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
                   "' has no weight yet");
+      BRAID_CHECK(!l4->quantized().packed.device().is_meta(), kInvalidArgument,
+                  "quantized_state_dict: '", path,
+                  "' is on meta (mapped to disk: its tensors are in the offload folder between "
+                  "forwards; save before dispatching, or load without a disk map)");
       const QuantizedTensor4bit& q = l4->quantized();
       out.emplace_back(p + "weight", q.packed);
       out.emplace_back(p + "weight.absmax", q.state.absmax);
@@ -465,6 +470,10 @@ NamedTensors quantized_state_dict(nn::Module& model) {
     } else if (auto* l8 = dynamic_cast<nn::Linear8bitLt*>(m)) {
       BRAID_CHECK(l8->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
                   "' has no weight yet");
+      BRAID_CHECK(!l8->quantized().cb.device().is_meta(), kInvalidArgument,
+                  "quantized_state_dict: '", path,
+                  "' is on meta (mapped to disk: its tensors are in the offload folder between "
+                  "forwards; save before dispatching, or load without a disk map)");
       out.emplace_back(p + "weight", l8->quantized().cb);
       out.emplace_back(p + "SCB", l8->quantized().scb);
       out.emplace_back(p + "weight_format", Tensor::zeros({}, DType::kU8));

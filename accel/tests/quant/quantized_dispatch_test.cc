@@ -349,27 +349,40 @@ TEST(QuantizedDispatch, Refusals) {
       ErrorKind::kInvalidArgument, "transformer.wte.weight");
 }
 
-// compute_module_sizes counts a quantized layer's tensors, meta placeholders included, so a map
-// is inferred from the quantized size. NF4 with double quantization of mlp.c_fc at d 64
-// (64 -> 256, 16,384 weights, 256 blocks of 64): packed 8,192 B, u8 absmax 256 B, nested absmax
-// 1 x 4 B, quant_map 16 x 4 B, nested_quant_map 256 x 4 B, bias 256 x 4 B.
+// compute_module_sizes counts a quantized layer's tensors, so a map is inferred from the
+// quantized size: NF4 with double quantization of mlp.c_fc at d 64 (64 -> 256, 16,384 weights,
+// 256 blocks of 64): packed 8,192 B, u8 absmax 256 B, nested absmax 1 x 4 B, quant_map 16 x 4 B,
+// nested_quant_map 256 x 4 B, bias 256 x 4 B. A strategy sees it before anything is read (meta
+// placeholders): 400 KB hold the NF4 model (~150 KB) but not two f32 blocks (~200 KB each).
 TEST(QuantizedDispatch, SizesCountQuantizedTensors) {
   TempDir dir;
   nn::GPTConfig cfg = gpt_config();
   cfg.n_embd = 64;
   nn::save_pretrained(nn::GPT(cfg), dir.path / "model");
   const int64_t want = 8192 + 256 + 4 + 64 + 1024 + 1024;
-  // Placeholders (before anything is read): through a map that puts everything on disk.
+  {
+    nn::GPT f32(cfg);
+    EXPECT_GT(compute_module_sizes(f32).at("transformer.h.0"), 190'000);  // 199,936
+  }
   auto m = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
-  LoadAndQuantizeResult r = load_and_quantize_model(*m, mode("nf4-dq"), dir.path / "model",
-                                                    DeviceMap{{"", "disk"}}, dir.path / "off");
+  LoadAndQuantizeResult r =
+      load_and_quantize_model(*m, mode("nf4-dq"), dir.path / "model",
+                              {.device_map = "sequential",
+                               .max_memory = MaxMemory{{"cpu", 400'000}, {"disk", 0}},
+                               .no_split_module_classes = {"GPT2Block"},
+                               .offload_folder = dir.path / "off"});
+  EXPECT_EQ(r.device_map, (DeviceMap{{"", "cpu"}}));
+  EXPECT_TRUE(r.dispatched.offloaded_modules().empty());
   EXPECT_EQ(compute_module_sizes(*m).at("transformer.h.0.mlp.c_fc"), want);
+  // On disk: the offloaded (meta) tensors count the same; the files hold the bytes.
+  auto d = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
+  LoadAndQuantizeResult rd = load_and_quantize_model(*d, mode("nf4-dq"), dir.path / "model",
+                                                     DeviceMap{{"", "disk"}}, dir.path / "off");
+  EXPECT_EQ(compute_module_sizes(*d).at("transformer.h.0.mlp.c_fc"), want);
   EXPECT_TRUE(fs::exists(dir.path / "off" / "transformer.h.0.mlp.c_fc.weight.nested_absmax.dat"));
   EXPECT_EQ(fs::file_size(dir.path / "off" / "transformer.h.0.mlp.c_fc.weight.dat"), 8192u);
-  // Loaded in memory: the same count.
-  auto whole = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
-  load_and_quantize_model(*whole, mode("nf4-dq"), dir.path / "model");
-  EXPECT_EQ(compute_module_sizes(*whole).at("transformer.h.0.mlp.c_fc"), want);
+  // A model with disk modules cannot be saved while its tensors are on disk.
+  EXPECT_THROW(quantized_state_dict(*d), Error);
 }
 
 // A bitsandbytes-format file written by save_quantized_model, loaded with its blocks on disk:
