@@ -98,15 +98,15 @@ DeviceMap checked_map(nn::Module& model, const DeviceMap& device_map) {
 }
 
 // The Layer whose forward brings tensor `name` in (Note [Dispatch units]).
+// `owner` is the module holding the tensor (a quantized layer's "<m>.weight.absmax" is <m>'s).
 std::pair<std::string, nn::Layer*> unit_layer(nn::Module& model, const DeviceMap& map,
-                                              const std::string& name,
+                                              const std::string& name, const std::string& owner,
                                               const std::vector<std::string>& preload) {
   std::string entry;
   for (const auto& e : map) {
     if (is_within(name, e.first) && (e.first.size() >= entry.size())) entry = e.first;
   }
-  if (entry == name) entry = parent_of(name);  // an entry naming the tensor itself
-  const std::string owner = parent_of(name);
+  if (entry.size() > owner.size()) entry = owner;  // an entry naming the tensor itself
   // Down from the entry along the tensor's path: a preloaded class takes everything below it.
   for (std::string path = entry;;) {
     nn::Module& m = model.get_submodule(path);
@@ -222,6 +222,17 @@ Plan collect(nn::Module& model, const DeviceMap& map, bool offload_buffers) {
     slot.shape = t.shape();
     plan.slots.push_back(std::move(slot));
     plan.on_disk.push_back(offload_buffers && device == "disk");
+  }
+  // Quantized layers' weights (packed codes, absmax, ... / CB, SCB) go where their layer goes.
+  for (const detail::QuantizedTensorRef& q : detail::quantized_tensors(model)) {
+    DispatchSlot slot;
+    slot.names = {q.name};
+    slot.external = q.tensor;
+    slot.module = q.module;
+    slot.dtype = q.tensor->dtype();
+    slot.shape = q.tensor->shape();
+    plan.slots.push_back(std::move(slot));
+    plan.on_disk.push_back(device_of(q.name) == "disk");
   }
   return plan;
 }
@@ -349,7 +360,9 @@ std::vector<DispatchUnit> find_units(nn::Module& model, const DeviceMap& map, co
   for (size_t i = 0; i < plan.slots.size(); ++i) {
     if (!plan.on_disk[i]) continue;
     for (const std::string& n : plan.slots[i].names) {
-      auto [path, layer] = unit_layer(model, map, n, preload);
+      const DispatchSlot& slot = plan.slots[i];
+      auto [path, layer] =
+          unit_layer(model, map, n, slot.module.empty() ? parent_of(n) : slot.module, preload);
       auto [it, added] = unit_of.emplace(layer, units.size());
       if (added) units.push_back(DispatchUnit{path, layer, {}, 0});
       std::vector<size_t>& slots = units[it->second].slots;
@@ -433,8 +446,10 @@ bool uses_disk(const DeviceMap& map) {
                      [](const auto& e) { return normalize_device(e.second) == "disk"; });
 }
 
-DeviceMap infer_map(nn::Module& model, const std::string& strategy,
-                    const LoadAndDispatchOptions& options) {
+}  // namespace
+
+DeviceMap detail::infer_dispatch_map(nn::Module& model, const std::string& strategy,
+                                     const LoadAndDispatchOptions& options) {
   static const std::set<std::string> kStrategies = {"auto", "balanced", "balanced_low_0",
                                                     "sequential"};
   BRAID_CHECK(kStrategies.count(strategy) > 0, kInvalidArgument,
@@ -465,13 +480,11 @@ DeviceMap infer_map(nn::Module& model, const std::string& strategy,
   return infer(limits);
 }
 
-}  // namespace
-
 DispatchedModel load_checkpoint_and_dispatch(nn::Module& model, const fs::path& checkpoint,
                                              const LoadAndDispatchOptions& options) {
   DeviceMap map;
   if (const auto* strategy = std::get_if<std::string>(&options.device_map)) {
-    map = infer_map(model, *strategy, options);
+    map = detail::infer_dispatch_map(model, *strategy, options);
   } else {
     map = std::get<DeviceMap>(options.device_map);
   }

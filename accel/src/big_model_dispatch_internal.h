@@ -32,6 +32,10 @@ struct DispatchSlot {
   nn::Parameter param;             // a parameter's handle, else undefined
   nn::Module* owner = nullptr;     // a buffer: its module and leaf name
   std::string leaf;
+  // A quantized layer's tensor (nn::Linear4bit / Linear8bitLt hold them outside their
+  // parameters) and that layer's path.
+  Tensor* external = nullptr;
+  std::string module;
   DType dtype = DType::kF32;  // what the model holds (values are converted to it)
   Shape shape;
   // The source: an in-memory tensor (state_dict), a .dat file described by `info`, or a
@@ -43,7 +47,10 @@ struct DispatchSlot {
   std::string safetensors_name;
   int users = 0;  // units running that use it (forward thread only)
 
-  Tensor& data() { return param.defined() ? param.data() : owner->buffer(leaf); }
+  Tensor& data() {
+    if (external) return *external;
+    return param.defined() ? param.data() : owner->buffer(leaf);
+  }
   // The values, converted to `dtype`: a fresh CPU tensor (file) or the state_dict's tensor.
   // Thread-safe: reads only what dispatch set.
   Tensor read() const;

@@ -29,6 +29,26 @@ TensorSizes tensor_sizes(nn::Module& model, std::optional<DType> dtype,
 // buffers, with `prefix.` in front of the names; module is null for a tensor.
 NamedModuleRefs direct_members(nn::Module& module, const std::string& prefix, bool with_buffers);
 
+// The tensors of the model's quantized layers (nn::Linear4bit, nn::Linear8bitLt), which are
+// not parameters or buffers, under bitsandbytes' names: "<m>.weight" (packed codes / CB),
+// "<m>.weight.absmax", "<m>.weight.quant_map", "<m>.weight.nested_absmax",
+// "<m>.weight.nested_quant_map" / "<m>.SCB"; `module` is the layer's path. Only defined
+// tensors (a layer without a weight has none). Sizes count them, dispatch streams them.
+struct QuantizedTensorRef {
+  std::string name;
+  std::string module;
+  Tensor* tensor = nullptr;
+};
+std::vector<QuantizedTensorRef> quantized_tensors(nn::Module& model);
+// The same for one layer at `path` (empty when it is not a quantized layer).
+std::vector<QuantizedTensorRef> quantized_tensors_of(nn::Module& layer, const std::string& path);
+
+// load_checkpoint_and_dispatch's map for a strategy ("auto", "balanced", "balanced_low_0",
+// "sequential"): infer_auto_device_map over options.max_memory, and with the prefetch on and
+// part of the map on disk, again with the CPU limit lowered by the largest layer.
+DeviceMap infer_dispatch_map(nn::Module& model, const std::string& strategy,
+                             const LoadAndDispatchOptions& options);
+
 // name == prefix or name starts with prefix + '.'.
 bool is_within(std::string_view name, std::string_view prefix);
 

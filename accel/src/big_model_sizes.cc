@@ -66,6 +66,14 @@ TensorSizes tensor_sizes(nn::Module& model, std::optional<DType> dtype,
   for (auto& [name, t] : model.named_buffers()) {
     if (t.defined()) add_sizes(out, name, tensor_bytes(name, t, dtype, special_dtypes));
   }
+  if (!buffers_only) {
+    // Quantized weights count what they hold (meta ones too: their shapes say what a load
+    // will bring); `dtype` does not apply to them.
+    for (const QuantizedTensorRef& q : quantized_tensors(model)) {
+      add_sizes(out, q.name,
+                q.tensor->numel() * static_cast<int64_t>(dtype_size(q.tensor->dtype())));
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 // quantized as it is reached, so at most one layer's full-precision weight is materialized.
 #include "braid/accel/quantization.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "big_model_internal.h"
 #include "braid/core/error.h"
 #include "braid/core/file_util.h"
 
@@ -180,35 +182,161 @@ QuantizedTensor4bit read_4bit(const Checkpoint& c, const std::string& weight,
 
 }  // namespace
 
-LoadAndQuantizeResult load_and_quantize_model(
-    nn::Module& model, const BnbQuantizationConfig& config, const fs::path& weights_location,
-    const DeviceMap& device_map, const fs::path& offload_folder, bool offload_state_dict) {
-  config.validate();
-  for (const auto& [name, device] : device_map) {
-    BRAID_CHECK(normalize_device(device) == "cpu", kNotSupported,
-                "load_and_quantize_model: device_map sends '", name, "' to '", device,
-                "'; quantized models are built on the cpu only");
+namespace detail {
+
+std::vector<QuantizedTensorRef> quantized_tensors_of(nn::Module& layer, const std::string& path) {
+  const std::string p = path.empty() ? "" : path + ".";
+  std::vector<QuantizedTensorRef> out;
+  auto add = [&](const std::string& name, Tensor& t) {
+    if (t.defined()) out.push_back({p + name, path, &t});
+  };
+  if (auto* l4 = dynamic_cast<nn::Linear4bit*>(&layer)) {
+    QuantizedTensor4bit& q = l4->mutable_quantized();
+    add("weight", q.packed);
+    add("weight.absmax", q.state.absmax);
+    add("weight.quant_map", q.state.code);
+    add("weight.nested_absmax", q.state.nested_absmax);
+    add("weight.nested_quant_map", q.state.nested_code);
+  } else if (auto* l8 = dynamic_cast<nn::Linear8bitLt*>(&layer)) {
+    add("weight", l8->mutable_quantized().cb);
+    add("SCB", l8->mutable_quantized().scb);
   }
-  BRAID_CHECK(offload_folder.empty() && !offload_state_dict, kNotSupported,
-              "load_and_quantize_model: offload_folder / offload_state_dict (disk offload of "
-              "quantized weights) is not supported");
+  return out;
+}
+
+std::vector<QuantizedTensorRef> quantized_tensors(nn::Module& model) {
+  std::vector<QuantizedTensorRef> out;
+  for (auto& [path, m] : model.named_modules()) {
+    for (QuantizedTensorRef& r : quantized_tensors_of(*m, path)) out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+namespace {
+
+// A layer built on meta gets meta tensors of the shapes quantizing its weight will give
+// (blocks of 64, the config's double quantization), so that sizes and device maps see the
+// quantized size before anything is read.
+void give_meta_placeholder(nn::Module& m, const BnbQuantizationConfig& config) {
+  if (auto* l4 = dynamic_cast<nn::Linear4bit*>(&m)) {
+    if (l4->has_weight()) return;
+    const int64_t n = l4->in_features() * l4->out_features();
+    const int64_t blocks = (n + 63) / 64;
+    QuantizedTensor4bit q;
+    q.packed = Tensor::empty({(n + 1) / 2, 1}, DType::kU8, kMeta);
+    q.state.type = config.quant_type();
+    q.state.shape = {l4->out_features(), l4->in_features()};
+    q.state.code = Tensor::empty({16}, DType::kF32, kMeta);
+    q.state.nested = config.bnb_4bit_use_double_quant;
+    if (q.state.nested) {
+      q.state.absmax = Tensor::empty({blocks}, DType::kU8, kMeta);
+      q.state.nested_absmax = Tensor::empty({(blocks + 255) / 256}, DType::kF32, kMeta);
+      q.state.nested_code = Tensor::empty({256}, DType::kF32, kMeta);
+    } else {
+      q.state.absmax = Tensor::empty({blocks}, DType::kF32, kMeta);
+    }
+    l4->set_quantized(std::move(q));
+  } else if (auto* l8 = dynamic_cast<nn::Linear8bitLt*>(&m)) {
+    if (l8->has_weight()) return;
+    l8->set_quantized({Tensor::empty({l8->out_features(), l8->in_features()}, DType::kI8, kMeta),
+                       Tensor::empty({l8->out_features()}, DType::kF32, kMeta)});
+  }
+}
+
+bool uses_disk(const DeviceMap& map) {
+  return std::any_of(map.begin(), map.end(),
+                     [](const auto& e) { return normalize_device(e.second) == "disk"; });
+}
+
+// The map to use (a strategy inferred as load_checkpoint_and_dispatch infers it), checked:
+// only "cpu" and "disk", a folder when disk is named.
+DeviceMap resolve_map(nn::Module& model, const BnbQuantizationConfig& config,
+                      const LoadAndQuantizeOptions& options) {
+  DeviceMap map;
+  if (const auto* strategy = std::get_if<std::string>(&options.device_map)) {
+    map = detail::infer_dispatch_map(model, *strategy,
+                                     {.max_memory = options.max_memory,
+                                      .no_split_module_classes = options.no_split_module_classes,
+                                      .dtype = config.torch_dtype,
+                                      .prefetch = options.prefetch});
+  } else {
+    map = std::get<DeviceMap>(options.device_map);
+  }
+  for (const auto& [name, device] : map) {
+    const std::string d = normalize_device(device);
+    BRAID_CHECK(d == "cpu" || d == "disk", kNotSupported,
+                "load_and_quantize_model: device_map sends '", name, "' to '", device,
+                "'; quantized models run on the cpu, with modules streamed from 'disk'");
+  }
+  if (!map.empty()) check_device_map(model, map);
+  BRAID_CHECK(!uses_disk(map) || !options.offload_folder.empty(), kInvalidArgument,
+              "load_and_quantize_model: the device map sends modules to disk; pass "
+              "offload_folder (where their quantized tensors are written)");
+  return map;
+}
+
+// Writes `t` to the offload folder under `name` and leaves a meta tensor of its shape.
+void offload_to_disk(Tensor& t, const std::string& name, const fs::path& folder,
+                     OffloadIndex& index) {
+  offload_weight(t, name, folder, &index);
+  t = Tensor::empty(t.shape(), t.dtype(), kMeta);
+}
+
+}  // namespace
+
+LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
+                                              const BnbQuantizationConfig& config,
+                                              const fs::path& weights_location,
+                                              const LoadAndQuantizeOptions& options) {
+  config.validate();
   LoadAndQuantizeResult result;
   result.quantized_modules = nn::replace_with_quantized_linear(model, config);
-  if (weights_location.empty()) return result;
+  if (!weights_location.empty() && std::holds_alternative<std::string>(options.device_map)) {
+    // A map is inferred from sizes: the layers must show their quantized size before the load.
+    for (auto& [path, m] : model.named_modules()) give_meta_placeholder(*m, config);
+  }
+  const DeviceMap map = resolve_map(model, config, options);
+  const bool disk = uses_disk(map);
+  result.device_map = map;
+  auto on_disk = [&](const std::string& name) { return disk && device_for(map, name) == "disk"; };
+  const DispatchOptions dispatch = {.offload_dir = options.offload_folder,
+                                    .preload_module_classes = options.no_split_module_classes,
+                                    .prefetch = options.prefetch};
+  if (weights_location.empty()) {
+    // The model's own values: dispatch writes what the map sends to disk.
+    if (disk) result.dispatched = dispatch_model(model, map, dispatch);
+    return result;
+  }
 
   const Checkpoint ckpt = open_checkpoint(weights_location);
+  if (disk) fs::create_directories(options.offload_folder);
   std::map<std::string, nn::Module*> quantized;
   for (auto& [path, m] : model.named_modules()) {
     if (dynamic_cast<nn::Linear4bit*>(m) || dynamic_cast<nn::Linear8bitLt*>(m)) {
       quantized[path] = m;
     }
   }
+  // Every name of each parameter handle (tied names): it goes to disk only when all do.
   std::map<std::string, nn::Parameter> params;
-  for (auto& [name, p] : model.named_parameters(/*remove_duplicate=*/false)) params[name] = p;
+  std::map<std::string, bool> param_on_disk;
+  {
+    const auto all = model.named_parameters(/*remove_duplicate=*/false);
+    for (auto& [name, p] : all) {
+      params[name] = p;
+      bool d = true;
+      for (auto& [other, q] : all) {
+        if (q.is(p)) d = d && on_disk(other);
+      }
+      param_on_disk[name] = d;
+    }
+  }
   std::set<std::string> buffers;
   for (auto& [name, t] : model.named_buffers()) buffers.insert(name);
 
-  std::set<std::string> used;
+  OffloadIndex offloaded;
+  std::set<std::string> used, filled;
   for (const std::string& name : ckpt.order) {
     if (used.count(name)) continue;
     const std::string mod = module_of(name);
@@ -216,6 +344,7 @@ LoadAndQuantizeResult load_and_quantize_model(
     auto qit = quantized.find(mod);
     if (qit != quantized.end() && leaf == "weight") {
       used.insert(name);
+      filled.insert(mod);
       if (auto* l4 = dynamic_cast<nn::Linear4bit*>(qit->second)) {
         std::string state_key;
         for (const char* t : {"nf4", "fp4"}) {
@@ -247,6 +376,12 @@ LoadAndQuantizeResult load_and_quantize_model(
           l8->load_weight(w);
         }
       }
+      // A disk layer's quantized tensors go to the folder as soon as they exist.
+      if (on_disk(name)) {
+        for (detail::QuantizedTensorRef& r : detail::quantized_tensors_of(*qit->second, mod)) {
+          offload_to_disk(*r.tensor, r.name, options.offload_folder, offloaded);
+        }
+      }
       continue;
     }
     auto pit = params.find(name);
@@ -256,11 +391,17 @@ LoadAndQuantizeResult load_and_quantize_model(
       BRAID_CHECK(src.shape() == dst.shape(), kInvalidArgument, "load_and_quantize_model: '", name,
                   "' has shape ", shape_str(src.shape()), " in the checkpoint and ",
                   shape_str(dst.shape()), " in the model");
-      dst = src.to(kCPU, dst.dtype()).clone();
+      if (param_on_disk.at(name)) {
+        Tensor value = src.to(kCPU, dst.dtype());
+        offload_to_disk(value, name, options.offload_folder, offloaded);
+        dst = value;  // meta of the model's dtype
+      } else {
+        dst = src.to(kCPU, dst.dtype()).clone();
+      }
       used.insert(name);
       continue;
     }
-    if (buffers.count(name)) {
+    if (buffers.count(name)) {  // buffers stay on the cpu (Accelerate's offload_buffers=False)
       Tensor& dst = model.get_submodule(mod).buffer(leaf);
       dst = ckpt.get(name).to(kCPU, dst.dtype()).clone();
       used.insert(name);
@@ -271,15 +412,30 @@ LoadAndQuantizeResult load_and_quantize_model(
     if (!used.count(name)) result.unexpected_keys.push_back(name);
   }
   for (auto& [path, m] : quantized) {
-    const bool has = dynamic_cast<nn::Linear4bit*>(m)
-                         ? dynamic_cast<nn::Linear4bit*>(m)->has_weight()
-                         : dynamic_cast<nn::Linear8bitLt*>(m)->has_weight();
-    if (!has) result.missing_keys.push_back(path.empty() ? "weight" : path + ".weight");
+    if (!filled.count(path))
+      result.missing_keys.push_back(path.empty() ? "weight" : path + ".weight");
   }
   for (auto& [name, p] : model.named_parameters()) {
-    if (p.data().device() == kMeta) result.missing_keys.push_back(name);
+    if (p.data().device() == kMeta && !param_on_disk.at(name)) result.missing_keys.push_back(name);
+  }
+  if (disk) {
+    save_offload_index(offloaded, options.offload_folder);
+    BRAID_CHECK(result.missing_keys.empty(), kInvalidArgument, "load_and_quantize_model: '",
+                result.missing_keys.front(),
+                "' is not in the checkpoint; a model with modules on disk is dispatched, and "
+                "every tensor needs a value");
+    result.dispatched = dispatch_model(model, map, dispatch);
   }
   return result;
+}
+
+LoadAndQuantizeResult load_and_quantize_model(
+    nn::Module& model, const BnbQuantizationConfig& config, const fs::path& weights_location,
+    const DeviceMap& device_map, const fs::path& offload_folder, bool offload_state_dict) {
+  return load_and_quantize_model(model, config, weights_location,
+                                 {.device_map = device_map,
+                                  .offload_folder = offload_folder,
+                                  .offload_state_dict = offload_state_dict});
 }
 
 NamedTensors quantized_state_dict(nn::Module& model) {
@@ -296,6 +452,10 @@ NamedTensors quantized_state_dict(nn::Module& model) {
     if (auto* l4 = dynamic_cast<nn::Linear4bit*>(m)) {
       BRAID_CHECK(l4->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
                   "' has no weight yet");
+      BRAID_CHECK(!l4->quantized().packed.device().is_meta(), kInvalidArgument,
+                  "quantized_state_dict: '", path,
+                  "' is on meta (mapped to disk: its tensors are in the offload folder between "
+                  "forwards; save before dispatching, or load without a disk map)");
       const QuantizedTensor4bit& q = l4->quantized();
       out.emplace_back(p + "weight", q.packed);
       out.emplace_back(p + "weight.absmax", q.state.absmax);
@@ -310,6 +470,10 @@ NamedTensors quantized_state_dict(nn::Module& model) {
     } else if (auto* l8 = dynamic_cast<nn::Linear8bitLt*>(m)) {
       BRAID_CHECK(l8->has_weight(), kInvalidArgument, "quantized_state_dict: '", path,
                   "' has no weight yet");
+      BRAID_CHECK(!l8->quantized().cb.device().is_meta(), kInvalidArgument,
+                  "quantized_state_dict: '", path,
+                  "' is on meta (mapped to disk: its tensors are in the offload folder between "
+                  "forwards; save before dispatching, or load without a disk map)");
       out.emplace_back(p + "weight", l8->quantized().cb);
       out.emplace_back(p + "SCB", l8->quantized().scb);
       out.emplace_back(p + "weight_format", Tensor::zeros({}, DType::kU8));

@@ -14,7 +14,9 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "braid/accel/big_model.h"
@@ -29,6 +31,28 @@ struct LoadAndQuantizeResult {
   std::vector<std::string> quantized_modules;  // replaced by Linear4bit / Linear8bitLt
   std::vector<std::string> missing_keys;       // still without values after the load
   std::vector<std::string> unexpected_keys;    // in the checkpoint, not in the model
+  DeviceMap device_map;                        // the map used (inferred for a strategy)
+  // With modules on disk: the dispatched model's hooks (keep it alive while the model runs;
+  // docs/big-model.md, "Dispatch"). Holds nothing otherwise.
+  DispatchedModel dispatched;
+};
+
+struct LoadAndQuantizeOptions {
+  // A map ("cpu" and "disk" entries), or a strategy ("auto", "balanced", "balanced_low_0",
+  // "sequential") inferred over max_memory from the quantized sizes, as
+  // load_checkpoint_and_dispatch infers it (the CPU limit keeps room for a layer read ahead).
+  // Empty: everything on the cpu, no hooks.
+  std::variant<DeviceMap, std::string> device_map{DeviceMap{}};
+  std::optional<MaxMemory> max_memory{};
+  // Never split across devices; also loaded whole from disk (preload_module_classes).
+  std::vector<std::string> no_split_module_classes{};
+  // Where the quantized tensors of modules mapped to "disk" are written (Accelerate's offload
+  // folder layout: <name>.dat + index.json); required when the map names disk.
+  std::filesystem::path offload_folder{};
+  // Accepted for Accelerate's signature; has no effect (docs/quantization.md, "Disk offload"):
+  // the load already holds at most one full-precision tensor beyond the model.
+  std::optional<bool> offload_state_dict{};
+  bool prefetch = true;  // DispatchOptions::prefetch
 };
 
 // The seed's load_and_quantize_model(model, bnb_quantization_config, weights_location,
@@ -40,8 +64,17 @@ struct LoadAndQuantizeResult {
 // (transposed first for a Conv1D-layout layer); a weight already in bitsandbytes' format (with
 // its quant-state keys) is taken as it is; every other tensor goes into its parameter or buffer
 // in that one's dtype. Without weights_location the model's own (materialized) weights are
-// quantized. Only the CPU is served: a device_map entry other than "cpu", an offload_folder or
-// offload_state_dict throw kNotSupported.
+// quantized. Modules the map sends to "disk" have their tensors (quantized ones in
+// bitsandbytes' names: "<m>.weight", "<m>.weight.absmax", ..., "<m>.SCB") written to
+// offload_folder as they are read and left on meta; the model is then dispatched
+// (dispatch_model: each disk layer streamed in before its forward, the next one read ahead,
+// freed after) and the handle returned in the result. A device other than "cpu" / "disk" is
+// kNotSupported.
+LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
+                                              const BnbQuantizationConfig& config,
+                                              const std::filesystem::path& weights_location,
+                                              const LoadAndQuantizeOptions& options);
+// The same with Accelerate's positional arguments.
 LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
                                               const BnbQuantizationConfig& config,
                                               const std::filesystem::path& weights_location = {},

@@ -73,6 +73,9 @@ class Linear4bit : public Layer {
   void set_quantized(QuantizedTensor4bit q);
   bool has_weight() const { return q_.packed.defined(); }
   const QuantizedTensor4bit& quantized() const { return q_; }
+  // The tensors in place, for dispatch (accel's disk offload swaps them with meta tensors of
+  // the same shape between forwards); the state's fields must keep describing them.
+  QuantizedTensor4bit& mutable_quantized() { return q_; }
   Parameter& bias() { return param("bias"); }
   bool has_bias() const { return has_bias_; }
   int64_t in_features() const { return in_; }
@@ -113,6 +116,7 @@ class Linear8bitLt : public Layer {
   void set_quantized(QuantizedInt8 q);    // cb i8 [out, in], scb f32 [out]
   bool has_weight() const { return q_.cb.defined(); }
   const QuantizedInt8& quantized() const { return q_; }
+  QuantizedInt8& mutable_quantized() { return q_; }  // as Linear4bit's
   Parameter& bias() { return param("bias"); }
   bool has_bias() const { return has_bias_; }
   int64_t in_features() const { return in_; }
