@@ -15,9 +15,26 @@ using GemmI8Fn = void (*)(const int8_t* a, const int8_t* b, int64_t m, int64_t n
 using Dequant4PairsFn = void (*)(const float* scaled16, const uint8_t* packed, int64_t pairs,
                                  float* y);
 
+// The fused 4-bit GEMM's inner block: y[i * ldy + j] = dot(x[i, :], w[j, :]) for i < m, j < r
+// (x: m x k f32 rows, w: r x k f32 rows, the dequantized tile), in the order of Note [gemm_4bit
+// order] (quant.cc): 16 lanes, lane l takes p = l (mod 16) with fma in increasing p (the tail
+// padded with zeros), then the lanes folded 8, 4, 2, 1. Every level computes exactly this.
+using Gemm4TileFn = void (*)(const float* x, int64_t m, const float* w, int64_t r, int64_t k,
+                             float* y, int64_t ldy);
+// LLM.int8's row absmax: max |x[c]| over the elements with |x[c]| < threshold (all of them when
+// threshold is 0; NaN is skipped as std::max skips it); *outlier is set when some |x[c]| >=
+// threshold > 0. Max is exact, so every level gives the same value.
+using RowAbsmaxFn = float (*)(const float* x, int64_t n, float threshold, bool* outlier);
+// q[c] = clamp(nearbyint(x[c] * scale), -127, 127) (round half to even; NaN gives 0, as the
+// scalar static_cast of a NaN gives on x86).
+using QuantRowI8Fn = void (*)(const float* x, int64_t n, float scale, int8_t* q);
+
 struct QuantTable {
   GemmI8Fn gemm_i8 = nullptr;
   Dequant4PairsFn dequant4_pairs = nullptr;
+  Gemm4TileFn gemm4_tile = nullptr;
+  RowAbsmaxFn row_absmax = nullptr;
+  QuantRowI8Fn quant_row_i8 = nullptr;
 };
 
 namespace avx2 {
