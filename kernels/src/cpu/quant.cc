@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "braid/core/error.h"
@@ -230,11 +231,35 @@ void quant_row_i8_scalar(const float* x, int64_t n, float scale, int8_t* q) {
   }
 }
 
+// Elements [start, start + len) of a 4-bit tensor, dequantized: per block piece one table of the
+// 16 products code[q] * absmax (the bits dequantize_4bit stores), then two outputs per byte; an
+// odd start or end takes its lone nibble by itself.
+void dequant4_range_scalar(const float* code, const uint8_t* packed, const float* absmax,
+                           int64_t blocksize, int64_t start, int64_t len, float* y) {
+  int64_t e = start;
+  const int64_t end = start + len;
+  while (e < end) {
+    const int64_t b = e / blocksize;
+    const int64_t stop = std::min(end, (b + 1) * blocksize);
+    float scaled[16];
+    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * absmax[b];
+    float* out = y + (e - start);
+    int64_t i = e;
+    if (i % 2 && i < stop) *out++ = scaled[packed[i++ / 2] & 0x0F];
+    const int64_t n_pairs = (stop - i) / 2;
+    dequant4_pairs_scalar(scaled, packed + i / 2, n_pairs, out);
+    out += 2 * n_pairs;
+    i += 2 * n_pairs;
+    if (i < stop) *out = scaled[packed[i / 2] >> 4];
+    e = stop;
+  }
+}
+
 // One table per level; a level without its own entry keeps the narrower one's.
 const QuantTable& quant_table() {
   static const IsaTable<const QuantTable*> tables = [] {
-    static QuantTable scalar_t{gemm_i8_scalar, dequant4_pairs_scalar, gemm4_tile_scalar,
-                               row_absmax_scalar, quant_row_i8_scalar};
+    static QuantTable scalar_t{gemm_i8_scalar,    dequant4_pairs_scalar, dequant4_range_scalar,
+                               gemm4_tile_scalar, row_absmax_scalar,     quant_row_i8_scalar};
     static QuantTable avx2_t = scalar_t;
     static QuantTable avx512_t;
     IsaTable<const QuantTable*> t;
@@ -253,30 +278,6 @@ const QuantTable& quant_table() {
   return *tables.get();
 }
 
-// Elements [start, start + len) of a 4-bit tensor, dequantized: per block piece one table of the
-// 16 products code[q] * absmax (the bits dequantize_4bit stores), then two outputs per byte; an
-// odd start or end takes its lone nibble by itself.
-void dequant4_range(Dequant4PairsFn pairs, const float* code, const uint8_t* packed,
-                    const float* absmax, int64_t blocksize, int64_t start, int64_t len, float* y) {
-  int64_t e = start;
-  const int64_t end = start + len;
-  while (e < end) {
-    const int64_t b = e / blocksize;
-    const int64_t stop = std::min(end, (b + 1) * blocksize);
-    float scaled[16];
-    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * absmax[b];
-    float* out = y + (e - start);
-    int64_t i = e;
-    if (i % 2 && i < stop) *out++ = scaled[packed[i++ / 2] & 0x0F];
-    const int64_t n_pairs = (stop - i) / 2;
-    pairs(scaled, packed + i / 2, n_pairs, out);
-    out += 2 * n_pairs;
-    i += 2 * n_pairs;
-    if (i < stop) *out = scaled[packed[i / 2] >> 4];
-    e = stop;
-  }
-}
-
 bool is_gemm4_dtype(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }
@@ -284,9 +285,10 @@ bool is_gemm4_dtype(DType d) {
 }  // namespace
 
 int64_t gemm_4bit_tile_rows(int64_t k) {
-  // About 64 KiB of f32 per tile (L2-resident; L1 holds the few rows the inner block reads), a
-  // multiple of the 4 rows the SIMD inner block takes, between 4 and 256 rows.
-  const int64_t rows = (16384 / std::max<int64_t>(k, 1)) / 4 * 4;
+  // About 24 KiB of f32 per tile, so that the tile stays in L1 (48 KiB on recent x86 cores)
+  // while every row of x passes over it; a multiple of the 4 rows the SIMD inner block takes,
+  // between 4 and 256 rows.
+  const int64_t rows = (6144 / std::max<int64_t>(k, 1)) / 4 * 4;
   return std::clamp<int64_t>(rows, 4, 256);
 }
 
@@ -319,14 +321,20 @@ void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, in
   }
   const int64_t rows = gemm_4bit_tile_rows(k);
   const int64_t tiles = (n + rows - 1) / rows;
-  // Each tile of W's rows is dequantized into its own buffer and multiplied; tiles write
-  // disjoint columns of y, each computed as on one thread.
-  parallel_for(tiles, [&](int64_t tile) {
-    const int64_t j0 = tile * rows;
-    const int64_t r = std::min(rows, n - j0);
-    std::vector<float> w(static_cast<size_t>(r * k));
-    dequant4_range(t.dequant4_pairs, code, packed, absmax, blocksize, j0 * k, r * k, w.data());
-    t.gemm4_tile(xf, m, w.data(), r, k, yf + j0, n);
+  // The tiles are split into one contiguous run per thread; each run dequantizes its tiles one
+  // by one into its own buffer and multiplies them. Tiles write disjoint columns of y, each
+  // computed exactly as on one thread.
+  const int64_t pieces = std::min<int64_t>(tiles, get_num_threads());
+  parallel_for(pieces, [&](int64_t piece) {
+    const int64_t first = tiles * piece / pieces, last = tiles * (piece + 1) / pieces;
+    const std::unique_ptr<float[]> w(
+        new float[static_cast<size_t>(std::max<int64_t>(rows * k, 1))]);
+    for (int64_t tile = first; tile < last; ++tile) {
+      const int64_t j0 = tile * rows;
+      const int64_t r = std::min(rows, n - j0);
+      t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
+      t.gemm4_tile(xf, m, w.get(), r, k, yf + j0, n);
+    }
   });
   if (y_dtype != DType::kF32) cast(yf, DType::kF32, y, y_dtype, m * n);
 }
@@ -362,19 +370,7 @@ void dequantize_4bit(const float* code, const uint8_t* packed, const float* absm
                      int64_t blocksize, float* y) {
   check_block("dequantize_4bit", packed, absmax, y, n, blocksize);
   BRAID_CHECK(n == 0 || code, kInvalidArgument, "dequantize_4bit: null code table");
-  // Blocks are even-sized, so a block starts on a byte: per block, one absmax and a table of
-  // the 16 products, then two outputs per byte (the same code[q] * absmax, so the same bits).
-  const Dequant4PairsFn dequant4 = quant_table().dequant4_pairs;
-  for (int64_t b0 = 0; b0 < n; b0 += blocksize) {
-    const int64_t len = std::min(blocksize, n - b0);
-    const float a = absmax[b0 / blocksize];
-    float scaled[16];
-    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * a;
-    const uint8_t* p = packed + b0 / 2;
-    float* out = y + b0;
-    dequant4(scaled, p, len / 2, out);
-    if (len % 2) out[len - 1] = scaled[p[len / 2] >> 4];
-  }
+  if (n > 0) quant_table().dequant4_range(code, packed, absmax, blocksize, 0, n, y);
 }
 
 void quantize_blockwise_8bit(const float* code, const float* x, int64_t n, int64_t blocksize,

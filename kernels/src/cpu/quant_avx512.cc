@@ -50,6 +50,29 @@ void dequant4_pairs(const float* scaled16, const uint8_t* packed, int64_t pairs,
   }
 }
 
+// quant_impl.h's Dequant4RangeFn: per block the 16 products code[c] * absmax in one vector
+// multiply (the scalar level's products), then the lookup above.
+void dequant4_range(const float* code, const uint8_t* packed, const float* absmax, int64_t bs,
+                    int64_t start, int64_t len, float* y) {
+  const __m512 cv = _mm512_loadu_ps(code);
+  alignas(64) float scaled[16];
+  const int64_t end = start + len;
+  for (int64_t e = start; e < end;) {
+    const int64_t b = e / bs;
+    const int64_t stop = end < (b + 1) * bs ? end : (b + 1) * bs;
+    _mm512_store_ps(scaled, _mm512_mul_ps(cv, _mm512_set1_ps(absmax[b])));
+    float* out = y + (e - start);
+    int64_t i = e;
+    if (i % 2 != 0) *out++ = scaled[packed[i++ / 2] & 0x0F];
+    const int64_t pairs = (stop - i) / 2;
+    dequant4_pairs(scaled, packed + i / 2, pairs, out);
+    out += 2 * pairs;
+    i += 2 * pairs;
+    if (i < stop) *out = scaled[packed[i / 2] >> 4];
+    e = stop;
+  }
+}
+
 // s[l] + s[l + 8], then + 4, + 2, + 1: the scalar level's fold.
 float fold16(__m512 v) {
   const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
@@ -155,6 +178,7 @@ void quant_row_i8(const float* x, int64_t n, float scale, int8_t* q) {
 void fill_quant_table(QuantTable& t) {
   t.gemm_i8 = gemm_i8;
   t.dequant4_pairs = dequant4_pairs;
+  t.dequant4_range = dequant4_range;
   t.gemm4_tile = gemm4_tile;
   t.row_absmax = row_absmax;
   t.quant_row_i8 = quant_row_i8;

@@ -15,6 +15,11 @@ using GemmI8Fn = void (*)(const int8_t* a, const int8_t* b, int64_t m, int64_t n
 using Dequant4PairsFn = void (*)(const float* scaled16, const uint8_t* packed, int64_t pairs,
                                  float* y);
 
+// Elements [start, start + len) of a packed 4-bit tensor dequantized into y[0, len): per block,
+// the 16 products code[c] * absmax[block] (the same f32 products at every level), then a lookup
+// per nibble. start may be odd (a row of an odd-length weight) and blocks may end anywhere.
+using Dequant4RangeFn = void (*)(const float* code, const uint8_t* packed, const float* absmax,
+                                 int64_t blocksize, int64_t start, int64_t len, float* y);
 // The fused 4-bit GEMM's inner block: y[i * ldy + j] = dot(x[i, :], w[j, :]) for i < m, j < r
 // (x: m x k f32 rows, w: r x k f32 rows, the dequantized tile), in the order of Note [gemm_4bit
 // order] (quant.cc): 16 lanes, lane l takes p = l (mod 16) with fma in increasing p (the tail
@@ -32,6 +37,7 @@ using QuantRowI8Fn = void (*)(const float* x, int64_t n, float scale, int8_t* q)
 struct QuantTable {
   GemmI8Fn gemm_i8 = nullptr;
   Dequant4PairsFn dequant4_pairs = nullptr;
+  Dequant4RangeFn dequant4_range = nullptr;
   Gemm4TileFn gemm4_tile = nullptr;
   RowAbsmaxFn row_absmax = nullptr;
   QuantRowI8Fn quant_row_i8 = nullptr;

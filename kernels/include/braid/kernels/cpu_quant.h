@@ -64,14 +64,14 @@ void dequantize_blockwise_8bit(const float* code, const uint8_t* q, const float*
 // Fused 4-bit dequant-GEMM (bitsandbytes' gemv_4bit / matmul_4bit): y (m x n) = x (m x k) · Wᵀ,
 // where W (n x k, row-major: n * k elements flattened in C order) is stored as quantize_4bit
 // writes it (packed codes, f32 absmax per block of `blocksize`, `code` its 16 values). W is never
-// materialized: tiles of gemm_4bit_tile_rows(k) rows (about 64 KiB of f32) are dequantized into a
+// materialized: tiles of gemm_4bit_tile_rows(k) rows (about 24 KiB of f32) are dequantized into a
 // buffer, with the bits dequantize_4bit gives, and multiplied in f32. x_dtype and y_dtype are f32,
 // bf16 or f16: x is widened to f32 once, y rounded once (to nearest even) at the end.
 // Summation order (Note [gemm_4bit order] in quant.cc): 16 lanes of fused multiply-adds folded in
 // a fixed tree, the same at every SIMD level and thread count (same bits); against
 // dequantize_4bit + gemm() the products are identical and the order differs, each within
 // (ceil(k / 16) + 4) * 2^-24 * sum |x_p w_p| of the exact dot product. Threads: tiles are spread
-// by parallel_for.
+// by parallel_for (one run of tiles and one tile buffer per thread).
 void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
                int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
                DType y_dtype);
