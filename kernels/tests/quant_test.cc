@@ -242,7 +242,7 @@ namespace {
 TEST(QuantIsa, EveryLevelMatchesScalar) {
   std::mt19937 gen(17);
   std::uniform_int_distribution<int> d(-127, 127);
-  for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 100, 768}) {
+  for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 768}) {
     const int64_t m = 3, n = 5;
     std::vector<int8_t> a(m * k), b(n * k);
     for (auto& v : a) v = static_cast<int8_t>(d(gen));
@@ -257,6 +257,20 @@ TEST(QuantIsa, EveryLevelMatchesScalar) {
       std::vector<int32_t> c(m * n);
       gemm_i8_i32(a.data(), b.data(), m, n, k, c.data());
       EXPECT_EQ(c, ref) << "k " << k << " isa " << int(isa);
+    }
+  }
+  // Near the int32 limit (k just below 133,000, every product +-127^2): exact at every level,
+  // including the VNNI path's biased sums, which wrap on the way.
+  {
+    const int64_t k = 132999;
+    std::vector<int8_t> a(2 * k, 127), b(2 * k, 127);
+    for (int64_t p = 0; p < k; ++p) a[k + p] = -127;
+    for (CpuIsa isa : testing::supported_isas()) {
+      ScopedCpuIsa level(isa);
+      std::vector<int32_t> c(4);
+      gemm_i8_i32(a.data(), b.data(), 2, 2, k, c.data());
+      EXPECT_EQ(c[0], int32_t{132999 * 16129}) << int(isa);
+      EXPECT_EQ(c[2], -int32_t{132999 * 16129}) << int(isa);
     }
   }
   for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 130, 1000}) {
