@@ -402,6 +402,50 @@ TEST(Gemm4bit, ThreadCountNeverChangesTheBits) {
   expect_within_order_bound(two, x, q.w, m, n, k, "two threads");
 }
 
+// gemm_4bit_nn: y = x · W (the input gradient), each element the sequential fma sum over W's
+// rows, so within n u sum_j |x_ij W_jp| of the exact sum; the same bits at every level and for
+// one or two threads.
+TEST(Gemm4bit, NnMatchesDequantizedF64ReferenceAtEveryLevelAndThreadCount) {
+  for (Quant4Type type : {Quant4Type::kNf4, Quant4Type::kFp4}) {
+    for (const Gemm4Case& c : gemm4_cases()) {
+      // x is m x n here, W n x k as before.
+      const Weight4 q = make_weight4(type, c.n, c.k, c.blocksize, 300 + uint32_t(c.k));
+      const std::vector<float> x = randn(c.m * c.n, 400 + uint32_t(c.n));
+      std::vector<float> ref_bits;
+      for (CpuIsa isa : testing::supported_isas()) {
+        for (int threads : {1, 2}) {
+          ScopedCpuIsa level(isa);
+          const int saved = get_num_threads();
+          set_num_threads(threads);
+          std::vector<float> y(c.m * c.k, -99.0f);
+          gemm_4bit_nn(quant4_code(type), q.packed.data(), q.absmax.data(), c.blocksize, c.m, c.n,
+                       c.k, x.data(), DType::kF32, y.data(), DType::kF32);
+          set_num_threads(saved);
+          const double u = std::ldexp(1.0, -24);
+          for (int64_t i = 0; i < c.m; ++i) {
+            for (int64_t p = 0; p < c.k; ++p) {
+              double ref = 0, mag = 0;
+              for (int64_t j = 0; j < c.n; ++j) {
+                const double prod = double{x[i * c.n + j]} * q.w[j * c.k + p];
+                ref += prod;
+                mag += std::fabs(prod);
+              }
+              ASSERT_LE(std::fabs(y[i * c.k + p] - ref), c.n * u * mag * 1.01 + 1e-30)
+                  << "m " << c.m << " n " << c.n << " k " << c.k << " at " << i << "," << p;
+            }
+          }
+          if (ref_bits.empty()) {
+            ref_bits = y;
+          } else {
+            EXPECT_EQ(0, std::memcmp(y.data(), ref_bits.data(), y.size() * sizeof(float)))
+                << "isa " << int(isa) << " threads " << threads << " k " << c.k;
+          }
+        }
+      }
+    }
+  }
+}
+
 // bf16 / f16 at the edges: x widened exactly, y rounded once, so the result is the f32 kernel's
 // on the widened x, rounded.
 TEST(Gemm4bit, HalfInputAndOutputConvertAtTheEdges) {

@@ -480,7 +480,11 @@ void add_quant(std::vector<Case>& cases) {
                        const void* x = L.put(inputs(m * k, 45), d);
                        void* y = L.alloc(m * n * dtype_size(d));
                        L.k.gemm_4bit(L.s, code, packed, absmax, bs, m, n, k, x, d, y, d);
-                       return std::vector<Output>{{"y", L.get(y, d, m * n), {0, 0}}};
+                       const void* dy = L.put(inputs(m * n, 46), d);
+                       void* dx = L.alloc(m * k * dtype_size(d));
+                       L.k.gemm_4bit_nn(L.s, code, packed, absmax, bs, m, n, k, dy, d, dx, d);
+                       return std::vector<Output>{{"y", L.get(y, d, m * n), {0, 0}},
+                                                  {"dx", L.get(dx, d, m * k), {0, 0}}};
                      }});
   }
 }
@@ -636,6 +640,9 @@ void call_one(const KernelTable& k, Op op, DType d) {
     case Op::kGemm4bit:
       return k.gemm_4bit(s, reinterpret_cast<const float*>(e), b, reinterpret_cast<float*>(f), 2, 1,
                          1, 1, a, d, c, d);
+    case Op::kGemm4bitNN:
+      return k.gemm_4bit_nn(s, reinterpret_cast<const float*>(e), b, reinterpret_cast<float*>(f), 2,
+                            1, 1, 1, a, d, c, d);
     // The other quant ops have fixed operand dtypes (no dtype argument): a caller asks
     // supports() first, as here, and supports() answers the one dtype they take.
     default:

@@ -1,7 +1,7 @@
-// Quantized Linear layers (braid/nn/quantized.h): Linear4bit's forward runs the fused 4-bit
-// dequant-GEMM (linear_4bit: tiles of the weight dequantized inside the kernel), its backward
-// dequantizes the weight into the compute dtype for the call; nothing is cached, so memory stays
-// at the 4-bit size between calls; Linear8bitLt runs LLM.int8 through braid/tensor/quant.h. Both
+// Quantized Linear layers (braid/nn/quantized.h): Linear4bit's forward and backward run the fused
+// 4-bit kernels (linear_4bit, linear_4bit_input_grad: tiles of the weight dequantized inside the
+// kernel); nothing is cached, so memory stays at the 4-bit size between calls and adds a tile
+// during them; Linear8bitLt runs LLM.int8 through braid/tensor/quant.h. Both
 // freeze the weight: backward gives the input's and the bias's gradients.
 #include "braid/nn/quantized.h"
 
@@ -134,8 +134,8 @@ Tensor Linear4bit::forward_impl(const Tensor& x) {
 Tensor Linear4bit::backward_impl(const Tensor& grad_output) {
   const auto ctx = pop_saved<QuantLinearCtx>();
   if (has_bias_ && bias().requires_grad()) accumulate_grad(bias(), bias_grad(grad_output, out_));
-  const Tensor w = dequantize_4bit(q_, compute_);
-  return matmul(grad_output.to(compute_), w).to(ctx.in_dtype).reshape(ctx.in_shape);
+  // dy · W through the fused kernel: the weight is never dequantized as a whole here either.
+  return linear_4bit_input_grad(grad_output, q_, compute_).to(ctx.in_dtype).reshape(ctx.in_shape);
 }
 
 // ---- Linear8bitLt --------------------------------------------------------------------------

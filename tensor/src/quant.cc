@@ -210,6 +210,66 @@ Tensor int8_linear(const Tensor& x, const QuantizedInt8& w, double threshold) {
   return y;
 }
 
+namespace {
+
+// The device operands of a 4-bit weight [out, in] for the fused kernels, checked.
+struct Weight4Operands {
+  Tensor packed, absmax, code;
+  int64_t out, in;
+};
+
+Weight4Operands weight4_operands(const QuantizedTensor4bit& q, Device dev, const char* op) {
+  const Quant4State& s = q.state;
+  BRAID_CHECK(s.shape.size() == 2, kInvalidArgument, op,
+              ": the quantized weight must be 2-d [out, in], got ", shape_str(s.shape));
+  Weight4Operands w;
+  w.out = s.shape[0];
+  w.in = s.shape[1];
+  const int64_t n = w.out * w.in;
+  w.packed = q.packed.to(dev).contiguous();
+  BRAID_CHECK(w.packed.dtype() == DType::kU8 && w.packed.numel() == (n + 1) / 2, kInvalidArgument,
+              op, ": packed data is ", w.packed.dtype(), " with ", w.packed.numel(),
+              " bytes (expected u8 with ", (n + 1) / 2, ")");
+  // The absmax in f32 (dequantized when nested: 4 bytes per block, 1 / 8 of the 4-bit size).
+  w.absmax = absmax_f32(s).to(dev);
+  BRAID_CHECK(w.absmax.numel() == (n + s.blocksize - 1) / s.blocksize, kInvalidArgument, op, ": ",
+              w.absmax.numel(), " absmax values for ", n, " elements in blocks of ", s.blocksize);
+  w.code = s.code.to(dev).to(DType::kF32).contiguous();
+  BRAID_CHECK(w.code.numel() == 16, kInvalidArgument, op, ": quant_map has ", w.code.numel(),
+              " entries (expected 16)");
+  return w;
+}
+
+void check_compute(DType compute, const char* op) {
+  BRAID_CHECK(compute == DType::kF32 || compute == DType::kBF16 || compute == DType::kF16,
+              kInvalidArgument, op, ": compute dtype ", compute, " (expected f32, bf16 or f16)");
+}
+
+}  // namespace
+
+Tensor linear_4bit_input_grad(const Tensor& dy, const QuantizedTensor4bit& q, DType compute) {
+  BRAID_CHECK(dy.defined(), kInvalidArgument, "linear_4bit_input_grad: undefined gradient");
+  check_compute(compute, "linear_4bit_input_grad");
+  BRAID_CHECK(is_float(dy.dtype()), kInvalidArgument,
+              "linear_4bit_input_grad: expected a floating gradient, got ", dy.dtype());
+  const Tensor g = dy.to(compute).contiguous();
+  const Device dev = g.device();
+  const kernels::KernelTable& k =
+      detail::table_for(Op::kGemm4bitNN, compute, "linear_4bit_input_grad", g);
+  const Weight4Operands w = weight4_operands(q, dev, "linear_4bit_input_grad");
+  BRAID_CHECK(dy.dim() >= 1 && dy.shape().back() == w.out, kInvalidArgument,
+              "linear_4bit_input_grad: gradient shape ", shape_str(dy.shape()),
+              " does not end in out_features ", w.out);
+  const int64_t m = g.numel() / std::max<int64_t>(w.out, 1);
+  Shape xshape = dy.shape();
+  xshape.back() = w.in;
+  Tensor dx = Tensor::empty(xshape, compute, dev);
+  k.gemm_4bit_nn(kernels::stream_for(dev), w.code.data<float>(), w.packed.data<uint8_t>(),
+                 w.absmax.data<float>(), q.state.blocksize, m, w.out, w.in, g.data_ptr(), compute,
+                 dx.data_ptr(), compute);
+  return dx;
+}
+
 Tensor linear_4bit(const Tensor& x, const QuantizedTensor4bit& q, DType compute) {
   BRAID_CHECK(x.defined(), kInvalidArgument, "linear_4bit: undefined input");
   BRAID_CHECK(compute == DType::kF32 || compute == DType::kBF16 || compute == DType::kF16,

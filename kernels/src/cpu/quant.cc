@@ -209,6 +209,18 @@ void gemm4_tile_scalar(const float* x, int64_t m, const float* w, int64_t r, int
   }
 }
 
+void gemm4_axpy_scalar(const float* dy, int64_t m, int64_t ldy, const float* w, int64_t r,
+                       int64_t k, float* dx) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      const float a = dy[i * ldy + j];
+      const float* wr = w + j * k;
+      float* d = dx + i * k;
+      for (int64_t p = 0; p < k; ++p) d[p] = std::fma(a, wr[p], d[p]);
+    }
+  }
+}
+
 float row_absmax_scalar(const float* x, int64_t n, float threshold, bool* outlier) {
   float m = 0.0f;
   bool any = false;
@@ -258,8 +270,9 @@ void dequant4_range_scalar(const float* code, const uint8_t* packed, const float
 // One table per level; a level without its own entry keeps the narrower one's.
 const QuantTable& quant_table() {
   static const IsaTable<const QuantTable*> tables = [] {
-    static QuantTable scalar_t{gemm_i8_scalar,    dequant4_pairs_scalar, dequant4_range_scalar,
-                               gemm4_tile_scalar, row_absmax_scalar,     quant_row_i8_scalar};
+    static QuantTable scalar_t{gemm_i8_scalar,     dequant4_pairs_scalar, dequant4_range_scalar,
+                               gemm4_tile_scalar,  gemm4_axpy_scalar,     row_absmax_scalar,
+                               quant_row_i8_scalar};
     static QuantTable avx2_t = scalar_t;
     static QuantTable avx512_t;
     IsaTable<const QuantTable*> t;
@@ -337,6 +350,53 @@ void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, in
     }
   });
   if (y_dtype != DType::kF32) cast(yf, DType::kF32, y, y_dtype, m * n);
+}
+
+void gemm_4bit_nn(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+                  int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+                  DType y_dtype) {
+  BRAID_CHECK(m >= 0 && n >= 0 && k >= 0, kInvalidArgument, "gemm_4bit_nn: negative size (m ", m,
+              ", n ", n, ", k ", k, ")");
+  BRAID_CHECK(blocksize > 0 && blocksize % 2 == 0, kInvalidArgument, "gemm_4bit_nn: blocksize ",
+              blocksize, " must be positive and even");
+  BRAID_CHECK(is_gemm4_dtype(x_dtype) && is_gemm4_dtype(y_dtype), kNotSupported,
+              "gemm_4bit_nn: dtypes x ", x_dtype, ", y ", y_dtype, " (expected f32, bf16 or f16)");
+  if (m * k == 0) return;
+  BRAID_CHECK(y && (n == 0 || (code && packed && absmax && x)), kInvalidArgument,
+              "gemm_4bit_nn: null pointer");
+  const QuantTable& t = quant_table();
+  std::vector<float> x32;
+  const float* xf = static_cast<const float*>(x);
+  if (x_dtype != DType::kF32 && n > 0) {
+    x32.resize(static_cast<size_t>(m * n));
+    cast(x, x_dtype, x32.data(), DType::kF32, m * n);
+    xf = x32.data();
+  }
+  std::vector<float> y32;
+  float* yf = static_cast<float*>(y);
+  if (y_dtype != DType::kF32) {
+    y32.resize(static_cast<size_t>(m * k));
+    yf = y32.data();
+  }
+  std::fill(yf, yf + m * k, 0.0f);
+  // W's rows j in order, tile by tile: y[i, :] accumulates x[i, j] * W[j, :] with one fma per
+  // step, so every element is the same sequential sum at every level. Threads take runs of rows
+  // of x (each dequantizes every tile itself: the same bits, more dequantization work).
+  const int64_t rows = gemm_4bit_tile_rows(k);
+  const int64_t tiles = (n + rows - 1) / rows;
+  const int64_t pieces = std::min<int64_t>(m, get_num_threads());
+  parallel_for(pieces, [&](int64_t piece) {
+    const int64_t i0 = m * piece / pieces, i1 = m * (piece + 1) / pieces;
+    const std::unique_ptr<float[]> w(
+        new float[static_cast<size_t>(std::max<int64_t>(rows * k, 1))]);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t j0 = tile * rows;
+      const int64_t r = std::min(rows, n - j0);
+      t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
+      t.gemm4_axpy(xf + i0 * n + j0, i1 - i0, n, w.get(), r, k, yf + i0 * k);
+    }
+  });
+  if (y_dtype != DType::kF32) cast(yf, DType::kF32, y, y_dtype, m * k);
 }
 
 const float* quant4_code(Quant4Type type) {

@@ -165,6 +165,39 @@ void gemm4_tile(const float* x, int64_t m, const float* w, int64_t r, int64_t k,
   }
 }
 
+// quant_impl.h's Gemm4AxpyFn: 32 columns of dx held in four registers while the tile's rows go by
+// in order; one fma per element and row, as the scalar level.
+void gemm4_axpy(const float* dy, int64_t m, int64_t ldy, const float* w, int64_t r, int64_t k,
+                float* dx) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* d = dx + i * k;
+    const float* a = dy + i * ldy;
+    int64_t p = 0;
+    for (; p + 32 <= k; p += 32) {
+      __m256 acc[4];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[q] = _mm256_loadu_ps(d + p + 8 * q);
+      for (int64_t j = 0; j < r; ++j) {
+        const __m256 av = _mm256_set1_ps(a[j]);
+        const float* wr = w + j * k + p;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+          acc[q] = _mm256_fmadd_ps(av, _mm256_loadu_ps(wr + 8 * q), acc[q]);
+      }
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(d + p + 8 * q, acc[q]);
+    }
+    for (; p < k; p += 8) {
+      const __m256i lanes = tail_mask(k - p);
+      __m256 acc = _mm256_maskload_ps(d + p, lanes);
+      for (int64_t j = 0; j < r; ++j) {
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[j]), _mm256_maskload_ps(w + j * k + p, lanes), acc);
+      }
+      _mm256_maskstore_ps(d + p, lanes, acc);
+    }
+  }
+}
+
 float row_absmax(const float* x, int64_t n, float threshold, bool* outlier) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 thr = _mm256_set1_ps(threshold);
@@ -224,6 +257,7 @@ void fill_quant_table(QuantTable& t) {
   t.dequant4_pairs = dequant4_pairs;
   t.dequant4_range = dequant4_range;
   t.gemm4_tile = gemm4_tile;
+  t.gemm4_axpy = gemm4_axpy;
   t.row_absmax = row_absmax;
   t.quant_row_i8 = quant_row_i8;
 }

@@ -169,6 +169,41 @@ void gemm4_tile(const float* x, int64_t m, const float* w, int64_t r, int64_t k,
   }
 }
 
+// quant_impl.h's Gemm4AxpyFn: 64 columns of dx held in four registers while the tile's rows go by
+// in order; one fma per element and row, as the scalar level.
+void gemm4_axpy(const float* dy, int64_t m, int64_t ldy, const float* w, int64_t r, int64_t k,
+                float* dx) {
+  for (int64_t i = 0; i < m; ++i) {
+    float* d = dx + i * k;
+    const float* a = dy + i * ldy;
+    int64_t p = 0;
+    for (; p + 64 <= k; p += 64) {
+      __m512 acc[4];
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) acc[q] = _mm512_loadu_ps(d + p + 16 * q);
+      for (int64_t j = 0; j < r; ++j) {
+        const __m512 av = _mm512_set1_ps(a[j]);
+        const float* wr = w + j * k + p;
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+          acc[q] = _mm512_fmadd_ps(av, _mm512_loadu_ps(wr + 16 * q), acc[q]);
+      }
+#pragma GCC unroll 4
+      for (int q = 0; q < 4; ++q) _mm512_storeu_ps(d + p + 16 * q, acc[q]);
+    }
+    for (; p < k; p += 16) {
+      const __mmask16 lanes = k - p >= 16 ? static_cast<__mmask16>(0xFFFF)
+                                          : static_cast<__mmask16>((1u << (k - p)) - 1);
+      __m512 acc = _mm512_maskz_loadu_ps(lanes, d + p);
+      for (int64_t j = 0; j < r; ++j) {
+        acc =
+            _mm512_fmadd_ps(_mm512_set1_ps(a[j]), _mm512_maskz_loadu_ps(lanes, w + j * k + p), acc);
+      }
+      _mm512_mask_storeu_ps(d + p, lanes, acc);
+    }
+  }
+}
+
 float row_absmax(const float* x, int64_t n, float threshold, bool* outlier) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   const __m512 thr = _mm512_set1_ps(threshold);
@@ -217,6 +252,7 @@ void fill_quant_table(QuantTable& t) {
   t.dequant4_pairs = dequant4_pairs;
   t.dequant4_range = dequant4_range;
   t.gemm4_tile = gemm4_tile;
+  t.gemm4_axpy = gemm4_axpy;
   t.row_absmax = row_absmax;
   t.quant_row_i8 = quant_row_i8;
 }

@@ -26,6 +26,11 @@ using Dequant4RangeFn = void (*)(const float* code, const uint8_t* packed, const
 // padded with zeros), then the lanes folded 8, 4, 2, 1. Every level computes exactly this.
 using Gemm4TileFn = void (*)(const float* x, int64_t m, const float* w, int64_t r, int64_t k,
                              float* y, int64_t ldy);
+// The 4-bit input-gradient block: for each row i < m and tile row j < r in order,
+// dx[i, :] = fma(dy[i * ldy + j], w[j, :], dx[i, :]) elementwise (one rounding per step; every
+// level computes exactly this, lane by lane).
+using Gemm4AxpyFn = void (*)(const float* dy, int64_t m, int64_t ldy, const float* w, int64_t r,
+                             int64_t k, float* dx);
 // LLM.int8's row absmax: max |x[c]| over the elements with |x[c]| < threshold (all of them when
 // threshold is 0; NaN is skipped as std::max skips it); *outlier is set when some |x[c]| >=
 // threshold > 0. Max is exact, so every level gives the same value.
@@ -39,6 +44,7 @@ struct QuantTable {
   Dequant4PairsFn dequant4_pairs = nullptr;
   Dequant4RangeFn dequant4_range = nullptr;
   Gemm4TileFn gemm4_tile = nullptr;
+  Gemm4AxpyFn gemm4_axpy = nullptr;
   RowAbsmaxFn row_absmax = nullptr;
   QuantRowI8Fn quant_row_i8 = nullptr;
 };

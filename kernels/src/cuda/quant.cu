@@ -201,6 +201,22 @@ __global__ void __launch_bounds__(kQThreads)
   }
 }
 
+// One thread per y[i, p]: j = 0..n-1 in order, fmaf(x[i, j], W[j, p], acc) from 0, the cpu's
+// sequential sum (gemm_4bit_nn in cpu_quant.h).
+__global__ void gemm_4bit_nn_kernel(const float* code, const uint8_t* packed, const float* absmax,
+                                    int64_t bs, int64_t m, int64_t n, int64_t k, const float* x,
+                                    float* y) {
+  for (int64_t o = global_thread(); o < m * k; o += grid_threads()) {
+    const int64_t i = o / k, p = o % k;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t e = j * k + p;
+      acc = fmaf(x[i * n + j], code[math::nibble(packed, e)] * absmax[e / bs], acc);
+    }
+    y[o] = acc;
+  }
+}
+
 bool is_gemm4_dtype(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }
@@ -362,6 +378,37 @@ void gemm_4bit(Stream s, const float* code, const uint8_t* packed, const float* 
                                                                         blocksize, m, n, k, xf, yf);
   check_launch("gemm_4bit");
   if (y_dtype != DType::kF32) cast(s, yf, DType::kF32, y, y_dtype, m * n, CastMode::kDefault);
+}
+
+}  // namespace braid::kernels::cuda::table_ops
+
+namespace braid::kernels::cuda::table_ops {
+
+void gemm_4bit_nn(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                  int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype,
+                  void* y, DType y_dtype) {
+  BRAID_CHECK(m >= 0 && n >= 0 && k >= 0, kInvalidArgument, "gemm_4bit_nn: negative size (m ", m,
+              ", n ", n, ", k ", k, ")");
+  BRAID_CHECK(blocksize > 0 && blocksize % 2 == 0, kInvalidArgument, "gemm_4bit_nn: blocksize ",
+              blocksize, " must be positive and even");
+  BRAID_CHECK(is_gemm4_dtype(x_dtype) && is_gemm4_dtype(y_dtype), kNotSupported,
+              "gemm_4bit_nn: dtypes x ", x_dtype, ", y ", y_dtype, " (expected f32, bf16 or f16)");
+  if (m * k == 0) return;
+  BRAID_CHECK(y && (n == 0 || (code && packed && absmax && x)), kInvalidArgument,
+              "gemm_4bit_nn: null pointer");
+  const cudaStream_t st = stream_of(s);
+  detail::StreamBuffer x32("gemm_4bit_nn", x_dtype == DType::kF32 ? 0 : m * n * sizeof(float), st);
+  detail::StreamBuffer y32("gemm_4bit_nn", y_dtype == DType::kF32 ? 0 : m * k * sizeof(float), st);
+  const float* xf = static_cast<const float*>(x);
+  if (x_dtype != DType::kF32 && n > 0) {
+    cast(s, x, x_dtype, x32.get(), DType::kF32, m * n, CastMode::kDefault);
+    xf = static_cast<const float*>(x32.get());
+  }
+  float* yf = y_dtype == DType::kF32 ? static_cast<float*>(y) : static_cast<float*>(y32.get());
+  gemm_4bit_nn_kernel<<<blocks_for(m * k), detail::kThreads, 0, st>>>(code, packed, absmax,
+                                                                      blocksize, m, n, k, xf, yf);
+  check_launch("gemm_4bit_nn");
+  if (y_dtype != DType::kF32) cast(s, yf, DType::kF32, y, y_dtype, m * k, CastMode::kDefault);
 }
 
 }  // namespace braid::kernels::cuda::table_ops

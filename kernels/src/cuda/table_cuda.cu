@@ -50,6 +50,7 @@ bool cuda_supports(Op op, DType d) {
     case Op::kOptimizerStep:
     case Op::kUnscaleCheckFinite:
     case Op::kGemm4bit:
+    case Op::kGemm4bitNN:
       return f32 || half;
     case Op::kQuantize4bit:
     case Op::kDequantize4bit:
@@ -108,6 +109,7 @@ const KernelTable& cuda_kernel_table() {
     t.gemm_i8_i32 = ops::gemm_i8_i32;
     t.int8_linear = ops::int8_linear;
     t.gemm_4bit = ops::gemm_4bit;
+    t.gemm_4bit_nn = ops::gemm_4bit_nn;
     return t;
   }();
   return table;

@@ -88,5 +88,8 @@ int64_t int8_linear(Stream s, const float* x, int64_t m, int64_t k, const int8_t
 void gemm_4bit(Stream s, const float* code, const uint8_t* packed, const float* absmax,
                int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype,
                void* y, DType y_dtype);
+void gemm_4bit_nn(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                  int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype,
+                  void* y, DType y_dtype);
 
 }  // namespace braid::kernels::cuda::table_ops

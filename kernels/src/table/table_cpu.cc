@@ -122,6 +122,9 @@ const KernelTable& cpu_kernel_table() {
     t.gemm_4bit = [](Stream, const float* code, const uint8_t* p, const float* am, int64_t bs,
                      int64_t m, int64_t n, int64_t k, const void* x, DType xd, void* y,
                      DType yd) { c::gemm_4bit(code, p, am, bs, m, n, k, x, xd, y, yd); };
+    t.gemm_4bit_nn = [](Stream, const float* code, const uint8_t* p, const float* am, int64_t bs,
+                        int64_t m, int64_t n, int64_t k, const void* x, DType xd, void* y,
+                        DType yd) { c::gemm_4bit_nn(code, p, am, bs, m, n, k, x, xd, y, yd); };
     return t;
   }();
   return table;

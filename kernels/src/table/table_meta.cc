@@ -180,6 +180,12 @@ const KernelTable& meta_kernel_table() {
       check(Op::kGemm4bit, yd, n);
       block(Op::kGemm4bit, k, bs);
     };
+    t.gemm_4bit_nn = [](Stream, const float*, const uint8_t*, const float*, int64_t bs, int64_t m,
+                        int64_t n, int64_t k, const void*, DType xd, void*, DType yd) {
+      check(Op::kGemm4bitNN, xd, m);
+      check(Op::kGemm4bitNN, yd, k);
+      block(Op::kGemm4bitNN, n, bs);
+    };
     return t;
   }();
   return table;

@@ -56,6 +56,7 @@ bool reference_supports(Op op, DType d) {
     case Op::kOptimizerStep:
     case Op::kUnscaleCheckFinite:
     case Op::kGemm4bit:  // x's dtype (y may be any of the three as well)
+    case Op::kGemm4bitNN:
       return f32 || half;
     case Op::kQuantize4bit:
     case Op::kDequantize4bit:
@@ -166,6 +167,8 @@ std::string_view op_name(Op op) {
       return "int8_linear";
     case Op::kGemm4bit:
       return "gemm_4bit";
+    case Op::kGemm4bitNN:
+      return "gemm_4bit_nn";
   }
   return "unknown op";
 }

@@ -85,10 +85,10 @@ TEST(Linear4bit, ComputeDtypeAndErrors) {
   EXPECT_THROW(empty.set_weight(Tensor::zeros({64, 8})), Error);
 }
 
-// The fused forward never holds the dequantized weight: the cpu allocator's peak during a forward
-// stays far below the f32 weight (out * in * 4 bytes), while the old path's dequantize_4bit alone
-// allocates all of it.
-TEST(Linear4bit, ForwardDoesNotMaterializeTheWeight) {
+// The fused forward and backward never hold the dequantized weight: the cpu allocator's peak during
+// either stays far below the f32 weight (out * in * 4 bytes), while the old path's dequantize_4bit
+// alone allocates all of it.
+TEST(Linear4bit, ForwardAndBackwardDoNotMaterializeTheWeight) {
   Generator gen(6);
   const int64_t in = 512, out = 1024;
   Linear lin(in, out, Bias::kYes, WeightLayout::kOutIn, DType::kF32, &gen);
@@ -96,22 +96,30 @@ TEST(Linear4bit, ForwardDoesNotMaterializeTheWeight) {
   const Tensor x = Tensor::randn({4, in}, DType::kF32, &gen);
   Allocator& alloc = get_allocator(kCPU);
   const double weight_f32 = static_cast<double>(in * out * 4);
-  NoGradGuard no_grad;
   alloc.reset_peak();
   size_t base = alloc.stats().current_bytes;
   Tensor y = q->forward(x);
   const double fused = static_cast<double>(alloc.stats().peak_bytes - base);
+  const Tensor dy = Tensor::randn({4, out}, DType::kF32, &gen);
+  alloc.reset_peak();
+  base = alloc.stats().current_bytes;
+  const Tensor dx = q->backward(dy);
+  const double fused_backward = static_cast<double>(alloc.stats().peak_bytes - base);
   alloc.reset_peak();
   base = alloc.stats().current_bytes;
   const Tensor w = dequantize_4bit(q->quantized(), DType::kF32);
   const double dequant = static_cast<double>(alloc.stats().peak_bytes - base);
-  std::printf("[ quantized ] Linear4bit forward peak %.0f bytes above the start; f32 weight %.0f\n",
-              fused, weight_f32);
+  std::printf(
+      "[ quantized ] Linear4bit peak above the start: forward %.0f, backward %.0f bytes; f32 "
+      "weight %.0f\n",
+      fused, fused_backward, weight_f32);
   // Output (16 KB) and the f32 absmax (32 KB); the kernel's 64 KiB tile is a std::vector the
   // allocator does not see, so the bound leaves room for it too.
   EXPECT_LT(fused, 0.1 * weight_f32);
+  EXPECT_LT(fused_backward, 0.1 * weight_f32);
   EXPECT_GE(dequant, weight_f32);
   EXPECT_LT(max_abs_diff(y, add(matmul(x, w.t()), lin.bias().data())), 1e-5);
+  EXPECT_LT(max_abs_diff(dx, matmul(dy, w)), 1e-5);
 }
 
 TEST(Linear8bitLt, ForwardMatchesTheKernelAndBackward) {

@@ -75,6 +75,14 @@ void dequantize_blockwise_8bit(const float* code, const uint8_t* q, const float*
 void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
                int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
                DType y_dtype);
+// y (m x k) = x (m x n) · W for the same 4-bit W (n x k), not transposed: the input gradient of
+// a 4-bit Linear (dx = dy · W) without materializing W. Tiles as gemm_4bit's; each y element is
+// the sequential sum over j = 0..n-1 of fma(x[i, j], W[j, p], acc) from 0, the same at every SIMD
+// level and thread count (threads take runs of rows of x). Against dequantize + gemm(): within
+// n * 2^-24 * sum_j |x_ij W_jp| of the exact sum. Dtypes as gemm_4bit's.
+void gemm_4bit_nn(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+                  int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+                  DType y_dtype);
 // The rows of W one gemm_4bit tile holds (so its extra memory is this * k * 4 bytes per thread).
 int64_t gemm_4bit_tile_rows(int64_t k);
 

@@ -73,8 +73,9 @@ enum class Op : uint8_t {
   kGemmI8,
   kInt8Linear,
   kGemm4bit,
+  kGemm4bitNN,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kGemm4bit) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kGemm4bitNN) + 1;
 std::string_view op_name(Op op);  // "cast", "layer_norm_forward", ...
 
 // The dtype supports() is asked about, per op: the source dtype for cast, the element dtype of
@@ -180,6 +181,10 @@ struct KernelTable {
   void (*gemm_4bit)(Stream s, const float* code, const uint8_t* packed, const float* absmax,
                     int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x,
                     DType x_dtype, void* y, DType y_dtype) = nullptr;
+  // y (m x k) = x (m x n) · dequant(W) for the same W (n x k): a 4-bit Linear's input gradient.
+  void (*gemm_4bit_nn)(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                       int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x,
+                       DType x_dtype, void* y, DType y_dtype) = nullptr;
 };
 
 // The table of a device type. Throws kNotSupported naming the device type when this build has

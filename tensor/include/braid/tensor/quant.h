@@ -78,5 +78,9 @@ Tensor int8_linear(const Tensor& x, const QuantizedInt8& w, double threshold);
 // Extra memory during the call: x and y in compute, the absmax in f32 (4 bytes per block) and one
 // tile per thread (cpu_quant.h's gemm_4bit_tile_rows(in) * in * 4 bytes).
 Tensor linear_4bit(const Tensor& x, const QuantizedTensor4bit& q, DType compute);
+// dx = dy · W for the same weight (the table's gemm_4bit_nn), W never materialized: the input
+// gradient of a 4-bit Linear. dy: floating [..., out], rounded to `compute`; dx: [..., in] in
+// `compute`, each element summed over W's rows in order (cpu_quant.h's gemm_4bit_nn).
+Tensor linear_4bit_input_grad(const Tensor& dy, const QuantizedTensor4bit& q, DType compute);
 
 }  // namespace braid
