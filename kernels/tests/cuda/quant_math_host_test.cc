@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "../../src/cuda/quant_math.h"
+#include "../kernel_test_util.h"
 #include "braid/core/cpu_features.h"
 #include "braid/kernels/cpu_quant.h"
+#include "braid/kernels/table.h"
 
 namespace braid::kernels::cuda {
 namespace {
@@ -110,6 +112,39 @@ TEST(CudaQuantMathHost, Int8RoundingMatchesTheCpu) {
       ASSERT_EQ(math::quantize_int8(x[r * cols + c], scale), q[r * cols + c]) << r << "," << c;
     }
   }
+}
+
+// The cuda table's quant members check their arguments with the cpu's messages before any device
+// work, and empty calls launch nothing: both run here without a GPU.
+TEST(CudaQuantMathHost, TableChecksArgumentsBeforeAnyDeviceWork) {
+  using cpu::testing::expect_error;
+  const KernelTable& k = kernels_for(DeviceType::kCUDA);
+  const Stream s{Device{DeviceType::kCUDA, 0}, nullptr};
+  expect_error([&] { k.quantize_4bit(s, Quant4Type::kNf4, nullptr, 4, 63, nullptr, nullptr); },
+               ErrorKind::kInvalidArgument, {"quantize_4bit", "63"});
+  expect_error([&] { k.dequantize_4bit(s, nullptr, nullptr, nullptr, -1, 64, nullptr); },
+               ErrorKind::kInvalidArgument, {"dequantize_4bit", "negative"});
+  expect_error([&] { k.gemm_i8_i32(s, nullptr, nullptr, 1, 1, 200000, nullptr); },
+               ErrorKind::kNotSupported, {"gemm_i8_i32", "200000"});
+  expect_error([&] { k.quantize_int8_rows(s, nullptr, 1, 1, -1.0f, nullptr, nullptr, nullptr); },
+               ErrorKind::kInvalidArgument, {"threshold"});
+  expect_error(
+      [&] {
+        k.gemm_4bit(s, nullptr, nullptr, nullptr, 64, 1, 1, 1, nullptr, DType::kI32, nullptr,
+                    DType::kF32);
+      },
+      ErrorKind::kNotSupported, {"gemm_4bit", "i32"});
+  expect_error(
+      [&] {
+        k.gemm_4bit_nn(s, nullptr, nullptr, nullptr, 6, 1, 1, 1, nullptr, DType::kF32, nullptr,
+                       DType::kF32);
+      },
+      ErrorKind::kInvalidArgument, {"gemm_4bit_nn", "null"});
+  // Empty work: nothing is launched, so no device is needed.
+  k.quantize_4bit(s, Quant4Type::kFp4, nullptr, 0, 64, nullptr, nullptr);
+  k.gemm_4bit(s, nullptr, nullptr, nullptr, 64, 0, 5, 5, nullptr, DType::kF32, nullptr,
+              DType::kBF16);
+  EXPECT_EQ(k.quantize_int8_rows(s, nullptr, 0, 7, 6.0f, nullptr, nullptr, nullptr), 0);
 }
 
 }  // namespace
