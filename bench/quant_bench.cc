@@ -1,9 +1,13 @@
 // Quantized Linear layers on a GPT-2-size layer (mlp.c_fc, 768 -> 3072) beside the bf16 and
 // f32 GEMM of the same layer in the same run: tokens/s of the forward at several token counts,
-// and the weight's bytes per parameter.
+// and the weight's bytes per parameter. The NF4 rows come twice: Linear4bit's forward (the
+// fused dequant-GEMM, gemm_4bit) and the old path it replaced, dequantize_4bit of the whole
+// weight into the compute dtype and then matmul (what Linear4bit did before), on the same
+// quantized weight.
 //   braid_bench_quant [iterations]      one thread (set_num_threads(1))
 // Prints one JSON line per (layer, tokens): {"layer", "tokens", "tokens_per_s", "ms",
-// "weight_bytes_per_param"}. Timing is the median of the iterations after one warm-up.
+// "weight_bytes_per_param"}, after a first line naming the SIMD level. Timing is the median of
+// the iterations after one warm-up.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,10 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "braid/core/cpu_features.h"
 #include "braid/core/rng.h"
 #include "braid/core/thread_pool.h"
 #include "braid/nn/module.h"
 #include "braid/nn/quantized.h"
+#include "braid/tensor/ops.h"
+#include "braid/tensor/quant.h"
 
 namespace {
 
@@ -48,26 +55,42 @@ int main(int argc, char** argv) {
   auto nf4_f32 = nn::Linear4bit::from_linear(f32, Quant4Type::kNf4, DType::kF32, true);
   auto int8 = nn::Linear8bitLt::from_linear(f32, 6.0);
   const double params = static_cast<double>(in * out);
+  // The path Linear4bit's forward took before the fused kernel: the whole weight dequantized
+  // into the compute dtype, then the GEMM, the bias, and the input's dtype.
+  const Tensor bias = f32.bias().data();
+  auto dequant_then_gemm = [&](const nn::Linear4bit& l, DType compute) {
+    return [&l, compute, &bias](const Tensor& x) {
+      const Tensor w = dequantize_4bit(l.quantized(), compute);
+      return add(matmul(x.to(compute), w.t()), bias.to(compute)).to(x.dtype());
+    };
+  };
   struct Row {
     const char* name;
-    nn::Layer* layer;
+    std::function<Tensor(const Tensor&)> run;
     DType input;
     double bytes;
   };
+  auto layer = [](nn::Layer* l) { return [l](const Tensor& x) { return l->forward(x); }; };
+  const double nf4_bytes = nf4_f32->quantized().nbytes() / params;
   const std::vector<Row> rows = {
-      {"f32_gemm", &f32, DType::kF32, 4.0},
-      {"bf16_gemm", &bf16, DType::kBF16, 2.0},
-      {"nf4_dq_compute_bf16", nf4_bf16.get(), DType::kBF16,
-       nf4_bf16->quantized().nbytes() / params},
-      {"nf4_dq_compute_f32", nf4_f32.get(), DType::kF32, nf4_f32->quantized().nbytes() / params},
-      {"llm_int8", int8.get(), DType::kF32, int8->quantized().nbytes() / params},
+      {"f32_gemm", layer(&f32), DType::kF32, 4.0},
+      {"bf16_gemm", layer(&bf16), DType::kBF16, 2.0},
+      {"nf4_fused_compute_f32", layer(nf4_f32.get()), DType::kF32, nf4_bytes},
+      {"nf4_dequant_then_gemm_f32", dequant_then_gemm(*nf4_f32, DType::kF32), DType::kF32,
+       nf4_bytes},
+      {"nf4_fused_compute_bf16", layer(nf4_bf16.get()), DType::kBF16, nf4_bytes},
+      {"nf4_dequant_then_gemm_bf16", dequant_then_gemm(*nf4_bf16, DType::kBF16), DType::kBF16,
+       nf4_bytes},
+      {"llm_int8", layer(int8.get()), DType::kF32, int8->quantized().nbytes() / params},
   };
+  std::printf("{\"simd\": \"%s\", \"threads\": 1}\n",
+              std::string(cpu_isa_name(cpu_dispatch_isa())).c_str());
   nn::NoGradGuard no_grad;
   for (int64_t tokens : {1, 16, 128}) {
     const Tensor x32 = Tensor::randn({tokens, in}, DType::kF32, &gen);
     for (const Row& r : rows) {
       const Tensor x = x32.to(r.input);
-      const double ms = median_ms(iters, [&] { (void)r.layer->forward(x); });
+      const double ms = median_ms(iters, [&] { (void)r.run(x); });
       std::printf(
           "{\"layer\": \"%s\", \"tokens\": %lld, \"tokens_per_s\": %.1f, \"ms\": %.3f, "
           "\"weight_bytes_per_param\": %.4f}\n",

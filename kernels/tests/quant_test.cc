@@ -242,7 +242,7 @@ namespace {
 TEST(QuantIsa, EveryLevelMatchesScalar) {
   std::mt19937 gen(17);
   std::uniform_int_distribution<int> d(-127, 127);
-  for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 100, 768}) {
+  for (int64_t k : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 768}) {
     const int64_t m = 3, n = 5;
     std::vector<int8_t> a(m * k), b(n * k);
     for (auto& v : a) v = static_cast<int8_t>(d(gen));
@@ -257,6 +257,20 @@ TEST(QuantIsa, EveryLevelMatchesScalar) {
       std::vector<int32_t> c(m * n);
       gemm_i8_i32(a.data(), b.data(), m, n, k, c.data());
       EXPECT_EQ(c, ref) << "k " << k << " isa " << int(isa);
+    }
+  }
+  // Near the int32 limit (k just below 133,000, every product +-127^2): exact at every level,
+  // including the VNNI path's biased sums, which wrap on the way.
+  {
+    const int64_t k = 132999;
+    std::vector<int8_t> a(2 * k, 127), b(2 * k, 127);
+    for (int64_t p = 0; p < k; ++p) a[k + p] = -127;
+    for (CpuIsa isa : testing::supported_isas()) {
+      ScopedCpuIsa level(isa);
+      std::vector<int32_t> c(4);
+      gemm_i8_i32(a.data(), b.data(), 2, 2, k, c.data());
+      EXPECT_EQ(c[0], int32_t{132999 * 16129}) << int(isa);
+      EXPECT_EQ(c[2], -int32_t{132999 * 16129}) << int(isa);
     }
   }
   for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 130, 1000}) {
@@ -274,6 +288,254 @@ TEST(QuantIsa, EveryLevelMatchesScalar) {
       std::vector<float> y(n);
       dequantize_4bit(quant4_code(Quant4Type::kNf4), packed.data(), absmax.data(), n, 64, y.data());
       EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), n * sizeof(float))) << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace braid::kernels::cpu
+
+#include "braid/core/thread_pool.h"
+#include "braid/kernels/cpu.h"
+
+namespace braid::kernels::cpu {
+namespace {
+
+// A 4-bit weight [n, k] in quantize_4bit's format, dequantized independently of the kernels
+// (code[nibble] * absmax, nibble by the documented packing) for the references below.
+struct Weight4 {
+  std::vector<uint8_t> packed;
+  std::vector<float> absmax;
+  std::vector<float> w;  // [n, k]
+};
+
+Weight4 make_weight4(Quant4Type type, int64_t n, int64_t k, int64_t blocksize, uint32_t seed) {
+  const int64_t count = n * k;
+  const std::vector<float> src = randn(count, seed, 0.05f);
+  Weight4 q;
+  q.packed.resize((count + 1) / 2);
+  q.absmax.resize((count + blocksize - 1) / blocksize);
+  quantize_4bit(type, src.data(), count, blocksize, q.packed.data(), q.absmax.data());
+  const float* code = quant4_code(type);
+  q.w.resize(count);
+  for (int64_t e = 0; e < count; ++e) {
+    const uint8_t byte = q.packed[e / 2];
+    q.w[e] = code[e % 2 == 0 ? byte >> 4 : byte & 0x0F] * q.absmax[e / blocksize];
+  }
+  return q;
+}
+
+// The stated bound of Note [gemm_4bit order]: the f32 products of the dequantized weight summed
+// in 16 fma lanes and a 4-step fold, so within (ceil(k / 16) + 4) u sum |x w| of the exact sum.
+void expect_within_order_bound(const std::vector<float>& y, const std::vector<float>& x,
+                               const std::vector<float>& w, int64_t m, int64_t n, int64_t k,
+                               const char* what) {
+  const double u = std::ldexp(1.0, -24);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double prod = double{x[i * k + p]} * w[j * k + p];
+        ref += prod;
+        mag += std::fabs(prod);
+      }
+      const double bound = ((k + 15) / 16 + 4) * u * mag * 1.01 + 1e-30;
+      ASSERT_LE(std::fabs(y[i * n + j] - ref), bound)
+          << what << " m " << m << " n " << n << " k " << k << " at " << i << "," << j;
+    }
+  }
+}
+
+struct Gemm4Case {
+  int64_t m, n, k, blocksize;
+};
+
+// Odd k (rows start on a low nibble), k below one vector, blocks that straddle rows, a block
+// size that is not 64, n that is not a multiple of the tile or the 4-row inner block, GPT-2's
+// 768, and the empty cases.
+const std::vector<Gemm4Case>& gemm4_cases() {
+  static const std::vector<Gemm4Case> cases = {{1, 1, 1, 64},   {1, 7, 33, 64},   {3, 70, 768, 64},
+                                               {5, 13, 100, 6}, {2, 300, 64, 64}, {4, 9, 17, 64},
+                                               {7, 5, 15, 2},   {1, 33, 129, 64}, {0, 5, 5, 64},
+                                               {4, 3, 0, 64},   {3, 0, 16, 64}};
+  return cases;
+}
+
+TEST(Gemm4bit, MatchesDequantizedF64ReferenceWithinStatedBoundAtEveryLevel) {
+  for (Quant4Type type : {Quant4Type::kNf4, Quant4Type::kFp4}) {
+    for (const Gemm4Case& c : gemm4_cases()) {
+      const Weight4 q = make_weight4(type, c.n, c.k, c.blocksize, 100 + uint32_t(c.k));
+      const std::vector<float> x = randn(c.m * c.k, 200 + uint32_t(c.n));
+      std::vector<float> ref_bits;
+      for (CpuIsa isa : testing::supported_isas()) {
+        ScopedCpuIsa level(isa);
+        std::vector<float> y(c.m * c.n, -99.0f);
+        gemm_4bit(quant4_code(type), q.packed.data(), q.absmax.data(), c.blocksize, c.m, c.n, c.k,
+                  x.data(), DType::kF32, y.data(), DType::kF32);
+        expect_within_order_bound(y, x, q.w, c.m, c.n, c.k, "f32");
+        // The order is the same at every level: the scalar level's bits.
+        if (isa == CpuIsa::kScalar) {
+          ref_bits = y;
+        } else {
+          EXPECT_EQ(0, std::memcmp(y.data(), ref_bits.data(), y.size() * sizeof(float)))
+              << "isa " << int(isa) << " m " << c.m << " n " << c.n << " k " << c.k;
+        }
+      }
+    }
+  }
+}
+
+TEST(Gemm4bit, ThreadCountNeverChangesTheBits) {
+  const int64_t m = 3, n = 700, k = 96;  // several tiles
+  const Weight4 q = make_weight4(Quant4Type::kNf4, n, k, 64, 5);
+  const std::vector<float> x = randn(m * k, 6);
+  std::vector<float> one(m * n), two(m * n);
+  const int saved = get_num_threads();
+  set_num_threads(1);
+  gemm_4bit(quant4_code(Quant4Type::kNf4), q.packed.data(), q.absmax.data(), 64, m, n, k, x.data(),
+            DType::kF32, one.data(), DType::kF32);
+  set_num_threads(2);
+  gemm_4bit(quant4_code(Quant4Type::kNf4), q.packed.data(), q.absmax.data(), 64, m, n, k, x.data(),
+            DType::kF32, two.data(), DType::kF32);
+  set_num_threads(saved);
+  EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float)));
+  expect_within_order_bound(two, x, q.w, m, n, k, "two threads");
+}
+
+// gemm_4bit_nn: y = x · W (the input gradient), each element the sequential fma sum over W's
+// rows, so within n u sum_j |x_ij W_jp| of the exact sum; the same bits at every level and for
+// one or two threads.
+TEST(Gemm4bit, NnMatchesDequantizedF64ReferenceAtEveryLevelAndThreadCount) {
+  for (Quant4Type type : {Quant4Type::kNf4, Quant4Type::kFp4}) {
+    for (const Gemm4Case& c : gemm4_cases()) {
+      // x is m x n here, W n x k as before.
+      const Weight4 q = make_weight4(type, c.n, c.k, c.blocksize, 300 + uint32_t(c.k));
+      const std::vector<float> x = randn(c.m * c.n, 400 + uint32_t(c.n));
+      std::vector<float> ref_bits;
+      for (CpuIsa isa : testing::supported_isas()) {
+        for (int threads : {1, 2}) {
+          ScopedCpuIsa level(isa);
+          const int saved = get_num_threads();
+          set_num_threads(threads);
+          std::vector<float> y(c.m * c.k, -99.0f);
+          gemm_4bit_nn(quant4_code(type), q.packed.data(), q.absmax.data(), c.blocksize, c.m, c.n,
+                       c.k, x.data(), DType::kF32, y.data(), DType::kF32);
+          set_num_threads(saved);
+          const double u = std::ldexp(1.0, -24);
+          for (int64_t i = 0; i < c.m; ++i) {
+            for (int64_t p = 0; p < c.k; ++p) {
+              double ref = 0, mag = 0;
+              for (int64_t j = 0; j < c.n; ++j) {
+                const double prod = double{x[i * c.n + j]} * q.w[j * c.k + p];
+                ref += prod;
+                mag += std::fabs(prod);
+              }
+              ASSERT_LE(std::fabs(y[i * c.k + p] - ref), c.n * u * mag * 1.01 + 1e-30)
+                  << "m " << c.m << " n " << c.n << " k " << c.k << " at " << i << "," << p;
+            }
+          }
+          if (ref_bits.empty()) {
+            ref_bits = y;
+          } else {
+            EXPECT_EQ(0, std::memcmp(y.data(), ref_bits.data(), y.size() * sizeof(float)))
+                << "isa " << int(isa) << " threads " << threads << " k " << c.k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// bf16 / f16 at the edges: x widened exactly, y rounded once, so the result is the f32 kernel's
+// on the widened x, rounded.
+TEST(Gemm4bit, HalfInputAndOutputConvertAtTheEdges) {
+  const int64_t m = 4, n = 37, k = 130;
+  const Weight4 q = make_weight4(Quant4Type::kFp4, n, k, 64, 8);
+  const std::vector<float> x = randn(m * k, 9);
+  for (DType half : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> xh(m * k), yh(m * n), want(m * n);
+    std::vector<float> xw(m * k), y32(m * n);
+    cast(x.data(), DType::kF32, xh.data(), half, m * k);
+    cast(xh.data(), half, xw.data(), DType::kF32, m * k);
+    gemm_4bit(quant4_code(Quant4Type::kFp4), q.packed.data(), q.absmax.data(), 64, m, n, k,
+              xh.data(), half, yh.data(), half);
+    gemm_4bit(quant4_code(Quant4Type::kFp4), q.packed.data(), q.absmax.data(), 64, m, n, k,
+              xw.data(), DType::kF32, y32.data(), DType::kF32);
+    cast(y32.data(), DType::kF32, want.data(), half, m * n);
+    EXPECT_EQ(yh, want) << half;
+    expect_within_order_bound(y32, xw, q.w, m, n, k, "widened");
+  }
+}
+
+TEST(Gemm4bit, BadArguments) {
+  const Weight4 q = make_weight4(Quant4Type::kNf4, 2, 64, 64, 1);
+  std::vector<float> x(64), y(2);
+  const float* code = quant4_code(Quant4Type::kNf4);
+  expect_error(
+      [&] {
+        gemm_4bit(code, q.packed.data(), q.absmax.data(), 63, 1, 2, 64, x.data(), DType::kF32,
+                  y.data(), DType::kF32);
+      },
+      ErrorKind::kInvalidArgument, {"blocksize", "63"});
+  expect_error(
+      [&] {
+        gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, 1, 2, 64, x.data(), DType::kI32,
+                  y.data(), DType::kF32);
+      },
+      ErrorKind::kNotSupported, {"gemm_4bit", "i32"});
+  expect_error(
+      [&] {
+        gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, -1, 2, 64, x.data(), DType::kF32,
+                  y.data(), DType::kF32);
+      },
+      ErrorKind::kInvalidArgument, {"negative"});
+  expect_error(
+      [&] {
+        gemm_4bit(code, nullptr, q.absmax.data(), 64, 1, 2, 64, x.data(), DType::kF32, y.data(),
+                  DType::kF32);
+      },
+      ErrorKind::kInvalidArgument, {"null"});
+}
+
+// LLM.int8's row quantization at every level: the scalar bits, with ties (x * scale = n + 0.5),
+// NaN, Inf, -0, outliers (threshold 6) and every tail length.
+TEST(QuantIsa, Int8RowsEveryLevelMatchesScalar) {
+  for (int64_t cols : {1, 7, 8, 9, 15, 16, 17, 33, 100, 768}) {
+    const int64_t rows = 5;
+    std::vector<float> x = randn(rows * cols, 60 + uint32_t(cols), 2.0f);
+    // Row 1: absmax 127 exactly, so scale is 1 and halves are ties.
+    for (int64_t c = 0; c < cols; ++c) x[cols + c] = static_cast<float>(c % 7) - 3.5f;
+    x[cols] = 127.0f;
+    x[2 * cols] = std::numeric_limits<float>::quiet_NaN();
+    if (cols > 2) x[2 * cols + 2] = -0.0f;
+    x[3 * cols + cols / 2] = std::numeric_limits<float>::infinity();
+    if (cols > 3) x[4 * cols + 3] = -9.0f;  // an outlier at threshold 6
+    for (float threshold : {0.0f, 6.0f}) {
+      std::vector<int8_t> q_ref(rows * cols);
+      std::vector<float> a_ref(rows);
+      std::vector<int64_t> o_ref(cols);
+      int64_t n_ref;
+      {
+        ScopedCpuIsa scalar(CpuIsa::kScalar);
+        n_ref = quantize_int8_rows(x.data(), rows, cols, threshold, q_ref.data(), a_ref.data(),
+                                   o_ref.data());
+      }
+      if (cols >= 8 && threshold == 0) {
+        EXPECT_EQ(q_ref[cols + 1], -2);  // -2.5 -> -2 (half to even)
+        EXPECT_EQ(q_ref[cols + 2], -2);  // -1.5 -> -2
+      }
+      for (CpuIsa isa : testing::simd_isas()) {
+        ScopedCpuIsa level(isa);
+        std::vector<int8_t> q(rows * cols, 99);
+        std::vector<float> a(rows, -1);
+        std::vector<int64_t> o(cols, -1);
+        const int64_t n_out =
+            quantize_int8_rows(x.data(), rows, cols, threshold, q.data(), a.data(), o.data());
+        EXPECT_EQ(n_out, n_ref) << cols;
+        EXPECT_EQ(q, q_ref) << "cols " << cols << " threshold " << threshold << " isa " << int(isa);
+        EXPECT_EQ(0, std::memcmp(a.data(), a_ref.data(), rows * sizeof(float))) << cols;
+        for (int64_t i = 0; i < n_ref; ++i) EXPECT_EQ(o[i], o_ref[i]);
+      }
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "braid/core/cpu_features.h"
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
+#include "braid/kernels/cpu_quant.h"  // the code tables only: every kernel runs through a table
 #include "braid/kernels/table.h"
 #include "kernel_test_util.h"
 
@@ -391,6 +392,103 @@ void add_optimizer(std::vector<Case>& cases) {
   }
 }
 
+// Quantization (cpu_quant.h): codes, absmax, int8 values and int32 sums are exact on every
+// device (bits); the fused 4-bit GEMM keeps one summation order everywhere (Note [gemm_4bit
+// order] in kernels/src/cpu/quant.cc), so its results are bits too.
+void add_quant(std::vector<Case>& cases) {
+  for (Quant4Type type : {Quant4Type::kNf4, Quant4Type::kFp4}) {
+    const std::string tn = type == Quant4Type::kNf4 ? "nf4" : "fp4";
+    cases.push_back({"quant4_" + tn, Op::kQuantize4bit, DType::kF32, [type](Lab& L) {
+                       const int64_t n = 4099, bs = 64, blocks = (n + bs - 1) / bs;
+                       std::vector<float> xv = inputs(n, 40, -3, 3);
+                       for (int64_t i = 128; i < 192; ++i) xv[i] = 0.0f;  // an all-zero block
+                       const auto* x = static_cast<const float*>(L.put(xv, DType::kF32));
+                       auto* packed = static_cast<uint8_t*>(L.alloc((n + 1) / 2));
+                       auto* absmax = static_cast<float*>(L.alloc(blocks * 4));
+                       auto* y = static_cast<float*>(L.alloc(n * 4));
+                       const auto* code = static_cast<const float*>(L.put(
+                           std::vector<float>(cpu::quant4_code(type), cpu::quant4_code(type) + 16),
+                           DType::kF32));
+                       L.k.quantize_4bit(L.s, type, x, n, bs, packed, absmax);
+                       L.k.dequantize_4bit(L.s, code, packed, absmax, n, bs, y);
+                       return std::vector<Output>{
+                           {"packed", L.get(packed, DType::kU8, (n + 1) / 2), {0, 0}},
+                           {"absmax", L.get(absmax, DType::kF32, blocks), {0, 0}},
+                           {"y", L.get(y, DType::kF32, n), {0, 0}}};
+                     }});
+  }
+  cases.push_back(
+      {"quant8_blockwise", Op::kQuantizeBlockwise8bit, DType::kF32, [](Lab& L) {
+         const int64_t n = 1000, bs = 256, blocks = 4;
+         const auto* x =
+             static_cast<const float*>(L.put(inputs(n, 41, -0.02f, 0.03f), DType::kF32));
+         const float* dyn = cpu::dynamic_code_signed();
+         const auto* code =
+             static_cast<const float*>(L.put(std::vector<float>(dyn, dyn + 256), DType::kF32));
+         auto* q = static_cast<uint8_t*>(L.alloc(n));
+         auto* absmax = static_cast<float*>(L.alloc(blocks * 4));
+         auto* y = static_cast<float*>(L.alloc(n * 4));
+         L.k.quantize_blockwise_8bit(L.s, code, x, n, bs, q, absmax);
+         L.k.dequantize_blockwise_8bit(L.s, code, q, absmax, n, bs, y);
+         return std::vector<Output>{{"q", L.get(q, DType::kU8, n), {0, 0}},
+                                    {"absmax", L.get(absmax, DType::kF32, blocks), {0, 0}},
+                                    {"y", L.get(y, DType::kF32, n), {0, 0}}};
+       }});
+  cases.push_back(
+      {"int8_rows_gemm_linear", Op::kInt8Linear, DType::kF32, [](Lab& L) {
+         const int64_t m = 9, k = 133, n = 21;
+         std::vector<float> xv = inputs(m * k, 42, -3, 3);
+         xv[2 * k + 7] = 9.0f;  // outlier columns at threshold 6
+         xv[5 * k + 100] = -7.5f;
+         const auto* x = static_cast<const float*>(L.put(xv, DType::kF32));
+         const auto* w =
+             static_cast<const float*>(L.put(inputs(n * k, 43, -0.1f, 0.1f), DType::kF32));
+         auto* qx = static_cast<int8_t*>(L.alloc(m * k));
+         auto* sx = static_cast<float*>(L.alloc(m * 4));
+         auto* cols = static_cast<int64_t*>(L.alloc(k * 8));
+         auto* cb = static_cast<int8_t*>(L.alloc(n * k));
+         auto* scb = static_cast<float*>(L.alloc(n * 4));
+         auto* acc = static_cast<int32_t*>(L.alloc(m * n * 4));
+         auto* y = static_cast<float*>(L.alloc(m * n * 4));
+         auto* y0 = static_cast<float*>(L.alloc(m * n * 4));
+         const int64_t outliers = L.k.quantize_int8_rows(L.s, x, m, k, 6.0f, qx, sx, cols);
+         L.k.quantize_int8_rows(L.s, w, n, k, 0.0f, cb, scb, nullptr);
+         L.k.gemm_i8_i32(L.s, qx, cb, m, n, k, acc);
+         const int64_t lin = L.k.int8_linear(L.s, x, m, k, cb, scb, n, 6.0f, y);
+         L.k.int8_linear(L.s, x, m, k, cb, scb, n, 0.0f, y0);
+         return std::vector<Output>{{"qx", L.get(qx, DType::kI8, m * k), {0, 0}},
+                                    {"sx", L.get(sx, DType::kF32, m), {0, 0}},
+                                    {"outliers", {double(outliers), double(lin)}, {0, 0}},
+                                    {"cols", L.get(cols, DType::kI64, outliers), {0, 0}},
+                                    {"cb", L.get(cb, DType::kI8, n * k), {0, 0}},
+                                    {"scb", L.get(scb, DType::kF32, n), {0, 0}},
+                                    {"acc", L.get(acc, DType::kI32, m * n), {0, 0}},
+                                    {"y", L.get(y, DType::kF32, m * n), {0, 0}},
+                                    {"y_no_outliers", L.get(y0, DType::kF32, m * n), {0, 0}}};
+       }});
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    cases.push_back({"gemm_4bit_" + dn(d), Op::kGemm4bit, d, [d](Lab& L) {
+                       const int64_t m = 5, n = 67, k = 97, bs = 64, count = n * k;
+                       const auto* w = static_cast<const float*>(
+                           L.put(inputs(count, 44, -0.2f, 0.2f), DType::kF32));
+                       auto* packed = static_cast<uint8_t*>(L.alloc((count + 1) / 2));
+                       auto* absmax = static_cast<float*>(L.alloc(((count + bs - 1) / bs) * 4));
+                       const float* nf4 = cpu::quant4_code(Quant4Type::kNf4);
+                       const auto* code = static_cast<const float*>(
+                           L.put(std::vector<float>(nf4, nf4 + 16), DType::kF32));
+                       L.k.quantize_4bit(L.s, Quant4Type::kNf4, w, count, bs, packed, absmax);
+                       const void* x = L.put(inputs(m * k, 45), d);
+                       void* y = L.alloc(m * n * dtype_size(d));
+                       L.k.gemm_4bit(L.s, code, packed, absmax, bs, m, n, k, x, d, y, d);
+                       const void* dy = L.put(inputs(m * n, 46), d);
+                       void* dx = L.alloc(m * k * dtype_size(d));
+                       L.k.gemm_4bit_nn(L.s, code, packed, absmax, bs, m, n, k, dy, d, dx, d);
+                       return std::vector<Output>{{"y", L.get(y, d, m * n), {0, 0}},
+                                                  {"dx", L.get(dx, d, m * k), {0, 0}}};
+                     }});
+  }
+}
+
 const std::vector<Case>& all_cases() {
   static const std::vector<Case> cases = [] {
     std::vector<Case> c;
@@ -399,6 +497,7 @@ const std::vector<Case>& all_cases() {
     add_reductions(c);
     add_layers(c);
     add_optimizer(c);
+    add_quant(c);
     return c;
   }();
   return cases;
@@ -538,6 +637,42 @@ void call_one(const KernelTable& k, Op op, DType d) {
       (void)k.unscale_and_check_finite(s, d, &p, &one, 1, 0.5f);
       return;
     }
+    case Op::kGemm4bit:
+      return k.gemm_4bit(s, reinterpret_cast<const float*>(e), b, reinterpret_cast<float*>(f), 2, 1,
+                         1, 1, a, d, c, d);
+    case Op::kGemm4bitNN:
+      return k.gemm_4bit_nn(s, reinterpret_cast<const float*>(e), b, reinterpret_cast<float*>(f), 2,
+                            1, 1, 1, a, d, c, d);
+    // The other quant ops have fixed operand dtypes (no dtype argument): a caller asks
+    // supports() first, as here, and supports() answers the one dtype they take.
+    default:
+      break;
+  }
+  require_support(k, op, d);
+  auto* fa = reinterpret_cast<float*>(a);
+  auto* fe = reinterpret_cast<float*>(e);
+  auto* ff = reinterpret_cast<float*>(f);
+  static float code256[256] = {};  // the 8-bit search reads up to 256 entries
+  switch (op) {
+    case Op::kQuantize4bit:
+      return k.quantize_4bit(s, Quant4Type::kNf4, fa, 2, 2, b, fe);
+    case Op::kDequantize4bit:
+      return k.dequantize_4bit(s, ff, b, fe, 2, 2, fa);
+    case Op::kQuantizeBlockwise8bit:
+      return k.quantize_blockwise_8bit(s, code256, fa, 2, 2, b, fe);
+    case Op::kDequantizeBlockwise8bit:
+      return k.dequantize_blockwise_8bit(s, code256, b, fe, 2, 2, fa);
+    case Op::kQuantizeInt8Rows:
+      (void)k.quantize_int8_rows(s, fa, 1, 1, 0.0f, reinterpret_cast<int8_t*>(b), fe, nullptr);
+      return;
+    case Op::kGemmI8:
+      return k.gemm_i8_i32(s, reinterpret_cast<int8_t*>(a), reinterpret_cast<int8_t*>(b), 1, 1, 1,
+                           reinterpret_cast<int32_t*>(c));
+    case Op::kInt8Linear:
+      (void)k.int8_linear(s, fa, 1, 1, reinterpret_cast<int8_t*>(b), fe, 1, 0.0f, ff);
+      return;
+    default:
+      break;
   }
 }
 

@@ -1,7 +1,8 @@
-// Quantized Linear layers (braid/nn/quantized.h): Linear4bit dequantizes its weight into the
-// compute dtype for each forward and backward (nothing is cached, so memory stays at the 4-bit
-// size between calls); Linear8bitLt runs LLM.int8 through braid/tensor/quant.h. Both freeze
-// the weight: backward gives the input's and the bias's gradients.
+// Quantized Linear layers (braid/nn/quantized.h): Linear4bit's forward and backward run the fused
+// 4-bit kernels (linear_4bit, linear_4bit_input_grad: tiles of the weight dequantized inside the
+// kernel); nothing is cached, so memory stays at the 4-bit size between calls and adds a tile
+// during them; Linear8bitLt runs LLM.int8 through braid/tensor/quant.h. Both
+// freeze the weight: backward gives the input's and the bias's gradients.
 #include "braid/nn/quantized.h"
 
 #include <algorithm>
@@ -122,8 +123,9 @@ Tensor Linear4bit::forward_impl(const Tensor& x) {
   detail::check_float_input("Linear4bit", "input", x);
   detail::check_last_dim("Linear4bit", x, in_, "in_features");
   BRAID_CHECK(has_weight(), kInvalidArgument, "Linear4bit: forward before the weight was set");
-  const Tensor w = dequantize_4bit(q_, compute_);  // [out, in]
-  Tensor y = matmul(x.to(compute_), w.t());
+  // The fused dequant-GEMM: the weight is dequantized tile by tile inside the kernel, so the
+  // layer's memory during the call is its 4-bit size plus a tile (braid/tensor/quant.h).
+  Tensor y = linear_4bit(x, q_, compute_);  // [..., out] in compute_
   if (has_bias_) y = add(y, bias().data().to(compute_));
   save_for_backward(QuantLinearCtx{x.shape(), x.dtype()});
   return y.to(x.dtype());
@@ -132,8 +134,8 @@ Tensor Linear4bit::forward_impl(const Tensor& x) {
 Tensor Linear4bit::backward_impl(const Tensor& grad_output) {
   const auto ctx = pop_saved<QuantLinearCtx>();
   if (has_bias_ && bias().requires_grad()) accumulate_grad(bias(), bias_grad(grad_output, out_));
-  const Tensor w = dequantize_4bit(q_, compute_);
-  return matmul(grad_output.to(compute_), w).to(ctx.in_dtype).reshape(ctx.in_shape);
+  // dy · W through the fused kernel: the weight is never dequantized as a whole here either.
+  return linear_4bit_input_grad(grad_output, q_, compute_).to(ctx.in_dtype).reshape(ctx.in_shape);
 }
 
 // ---- Linear8bitLt --------------------------------------------------------------------------

@@ -7,9 +7,12 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "braid/core/error.h"
+#include "braid/core/thread_pool.h"
+#include "braid/kernels/cpu.h"
 #include "braid/kernels/cpu_quant.h"
 #include "isa_dispatch.h"
 #include "quant_impl.h"
@@ -176,10 +179,100 @@ void dequant4_pairs_scalar(const float* scaled16, const uint8_t* packed, int64_t
   }
 }
 
+// Note [gemm_4bit order]. The fused 4-bit GEMM sums each dot product in one fixed order that
+// every level computes exactly: 16 lanes, lane l accumulating p = l, l + 16, l + 32, ... with a
+// fused multiply-add (one rounding per step; the last partial vector padded with zeros, so a lane
+// past k adds fma(0, 0, s)), then the lanes folded s[l] + s[l + 8], then + 4, + 2, + 1. AVX-512
+// holds the 16 lanes in one register, AVX2 in two, the scalar level in an array with std::fma
+// (correctly rounded, as vfmadd is). So every level, and every thread count, gives the same bits.
+// Against dequantize-then-gemm() the products are the same (the dequantized weight has the same
+// bits) but the summation order differs: each result is within (ceil(k / 16) + 4) * 2^-24 *
+// sum |x_p * w_p| of the exact sum (first order), and so is gemm()'s within its own order's bound.
+void gemm4_tile_scalar(const float* x, int64_t m, const float* w, int64_t r, int64_t k, float* y,
+                       int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xr = x + i * k;
+    for (int64_t j = 0; j < r; ++j) {
+      const float* wr = w + j * k;
+      float s[16] = {};
+      for (int64_t p0 = 0; p0 < k; p0 += 16) {
+        for (int l = 0; l < 16; ++l) {
+          const int64_t p = p0 + l;
+          s[l] = std::fma(p < k ? xr[p] : 0.0f, p < k ? wr[p] : 0.0f, s[l]);
+        }
+      }
+      for (int width = 8; width >= 1; width /= 2) {
+        for (int l = 0; l < width; ++l) s[l] = s[l] + s[l + width];
+      }
+      y[i * ldy + j] = s[0];
+    }
+  }
+}
+
+void gemm4_axpy_scalar(const float* dy, int64_t m, int64_t ldy, const float* w, int64_t r,
+                       int64_t k, float* dx) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < r; ++j) {
+      const float a = dy[i * ldy + j];
+      const float* wr = w + j * k;
+      float* d = dx + i * k;
+      for (int64_t p = 0; p < k; ++p) d[p] = std::fma(a, wr[p], d[p]);
+    }
+  }
+}
+
+float row_absmax_scalar(const float* x, int64_t n, float threshold, bool* outlier) {
+  float m = 0.0f;
+  bool any = false;
+  for (int64_t c = 0; c < n; ++c) {
+    const float a = std::fabs(x[c]);
+    if (threshold > 0 && a >= threshold) {
+      any = true;
+    } else {
+      m = std::max(m, a);
+    }
+  }
+  *outlier = any;
+  return m;
+}
+
+void quant_row_i8_scalar(const float* x, int64_t n, float scale, int8_t* q) {
+  for (int64_t c = 0; c < n; ++c) {
+    const float v = std::clamp(std::nearbyint(x[c] * scale), -127.0f, 127.0f);
+    q[c] = std::isnan(v) ? int8_t{0} : static_cast<int8_t>(v);
+  }
+}
+
+// Elements [start, start + len) of a 4-bit tensor, dequantized: per block piece one table of the
+// 16 products code[q] * absmax (the bits dequantize_4bit stores), then two outputs per byte; an
+// odd start or end takes its lone nibble by itself.
+void dequant4_range_scalar(const float* code, const uint8_t* packed, const float* absmax,
+                           int64_t blocksize, int64_t start, int64_t len, float* y) {
+  int64_t e = start;
+  const int64_t end = start + len;
+  while (e < end) {
+    const int64_t b = e / blocksize;
+    const int64_t stop = std::min(end, (b + 1) * blocksize);
+    float scaled[16];
+    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * absmax[b];
+    float* out = y + (e - start);
+    int64_t i = e;
+    if (i % 2 && i < stop) *out++ = scaled[packed[i++ / 2] & 0x0F];
+    const int64_t n_pairs = (stop - i) / 2;
+    dequant4_pairs_scalar(scaled, packed + i / 2, n_pairs, out);
+    out += 2 * n_pairs;
+    i += 2 * n_pairs;
+    if (i < stop) *out = scaled[packed[i / 2] >> 4];
+    e = stop;
+  }
+}
+
 // One table per level; a level without its own entry keeps the narrower one's.
 const QuantTable& quant_table() {
   static const IsaTable<const QuantTable*> tables = [] {
-    static QuantTable scalar_t{gemm_i8_scalar, dequant4_pairs_scalar};
+    static QuantTable scalar_t{gemm_i8_scalar,     dequant4_pairs_scalar, dequant4_range_scalar,
+                               gemm4_tile_scalar,  gemm4_axpy_scalar,     row_absmax_scalar,
+                               quant_row_i8_scalar};
     static QuantTable avx2_t = scalar_t;
     static QuantTable avx512_t;
     IsaTable<const QuantTable*> t;
@@ -198,7 +291,113 @@ const QuantTable& quant_table() {
   return *tables.get();
 }
 
+bool is_gemm4_dtype(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+}
+
 }  // namespace
+
+int64_t gemm_4bit_tile_rows(int64_t k) {
+  // About 24 KiB of f32 per tile, so that the tile stays in L1 (48 KiB on recent x86 cores)
+  // while every row of x passes over it; a multiple of the 4 rows the SIMD inner block takes,
+  // between 4 and 256 rows.
+  const int64_t rows = (6144 / std::max<int64_t>(k, 1)) / 4 * 4;
+  return std::clamp<int64_t>(rows, 4, 256);
+}
+
+void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+               int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+               DType y_dtype) {
+  BRAID_CHECK(m >= 0 && n >= 0 && k >= 0, kInvalidArgument, "gemm_4bit: negative size (m ", m,
+              ", n ", n, ", k ", k, ")");
+  BRAID_CHECK(blocksize > 0 && blocksize % 2 == 0, kInvalidArgument, "gemm_4bit: blocksize ",
+              blocksize, " must be positive and even");
+  BRAID_CHECK(is_gemm4_dtype(x_dtype) && is_gemm4_dtype(y_dtype), kNotSupported,
+              "gemm_4bit: dtypes x ", x_dtype, ", y ", y_dtype, " (expected f32, bf16 or f16)");
+  if (m * n == 0) return;
+  BRAID_CHECK(y && (k == 0 || (code && packed && absmax && x)), kInvalidArgument,
+              "gemm_4bit: null pointer");
+  // The level is read here, on the calling thread (ScopedCpuIsa is per thread), for every piece.
+  const QuantTable& t = quant_table();
+  std::vector<float> x32;
+  const float* xf = static_cast<const float*>(x);
+  if (x_dtype != DType::kF32 && k > 0) {
+    x32.resize(static_cast<size_t>(m * k));
+    cast(x, x_dtype, x32.data(), DType::kF32, m * k);
+    xf = x32.data();
+  }
+  std::vector<float> y32;
+  float* yf = static_cast<float*>(y);
+  if (y_dtype != DType::kF32) {
+    y32.resize(static_cast<size_t>(m * n));
+    yf = y32.data();
+  }
+  const int64_t rows = gemm_4bit_tile_rows(k);
+  const int64_t tiles = (n + rows - 1) / rows;
+  // The tiles are split into one contiguous run per thread; each run dequantizes its tiles one
+  // by one into its own buffer and multiplies them. Tiles write disjoint columns of y, each
+  // computed exactly as on one thread.
+  const int64_t pieces = std::min<int64_t>(tiles, get_num_threads());
+  parallel_for(pieces, [&](int64_t piece) {
+    const int64_t first = tiles * piece / pieces, last = tiles * (piece + 1) / pieces;
+    const std::unique_ptr<float[]> w(
+        new float[static_cast<size_t>(std::max<int64_t>(rows * k, 1))]);
+    for (int64_t tile = first; tile < last; ++tile) {
+      const int64_t j0 = tile * rows;
+      const int64_t r = std::min(rows, n - j0);
+      t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
+      t.gemm4_tile(xf, m, w.get(), r, k, yf + j0, n);
+    }
+  });
+  if (y_dtype != DType::kF32) cast(yf, DType::kF32, y, y_dtype, m * n);
+}
+
+void gemm_4bit_nn(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+                  int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+                  DType y_dtype) {
+  BRAID_CHECK(m >= 0 && n >= 0 && k >= 0, kInvalidArgument, "gemm_4bit_nn: negative size (m ", m,
+              ", n ", n, ", k ", k, ")");
+  BRAID_CHECK(blocksize > 0 && blocksize % 2 == 0, kInvalidArgument, "gemm_4bit_nn: blocksize ",
+              blocksize, " must be positive and even");
+  BRAID_CHECK(is_gemm4_dtype(x_dtype) && is_gemm4_dtype(y_dtype), kNotSupported,
+              "gemm_4bit_nn: dtypes x ", x_dtype, ", y ", y_dtype, " (expected f32, bf16 or f16)");
+  if (m * k == 0) return;
+  BRAID_CHECK(y && (n == 0 || (code && packed && absmax && x)), kInvalidArgument,
+              "gemm_4bit_nn: null pointer");
+  const QuantTable& t = quant_table();
+  std::vector<float> x32;
+  const float* xf = static_cast<const float*>(x);
+  if (x_dtype != DType::kF32 && n > 0) {
+    x32.resize(static_cast<size_t>(m * n));
+    cast(x, x_dtype, x32.data(), DType::kF32, m * n);
+    xf = x32.data();
+  }
+  std::vector<float> y32;
+  float* yf = static_cast<float*>(y);
+  if (y_dtype != DType::kF32) {
+    y32.resize(static_cast<size_t>(m * k));
+    yf = y32.data();
+  }
+  std::fill(yf, yf + m * k, 0.0f);
+  // W's rows j in order, tile by tile: y[i, :] accumulates x[i, j] * W[j, :] with one fma per
+  // step, so every element is the same sequential sum at every level. Threads take runs of rows
+  // of x (each dequantizes every tile itself: the same bits, more dequantization work).
+  const int64_t rows = gemm_4bit_tile_rows(k);
+  const int64_t tiles = (n + rows - 1) / rows;
+  const int64_t pieces = std::min<int64_t>(m, get_num_threads());
+  parallel_for(pieces, [&](int64_t piece) {
+    const int64_t i0 = m * piece / pieces, i1 = m * (piece + 1) / pieces;
+    const std::unique_ptr<float[]> w(
+        new float[static_cast<size_t>(std::max<int64_t>(rows * k, 1))]);
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      const int64_t j0 = tile * rows;
+      const int64_t r = std::min(rows, n - j0);
+      t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
+      t.gemm4_axpy(xf + i0 * n + j0, i1 - i0, n, w.get(), r, k, yf + i0 * k);
+    }
+  });
+  if (y_dtype != DType::kF32) cast(yf, DType::kF32, y, y_dtype, m * k);
+}
 
 const float* quant4_code(Quant4Type type) {
   static const std::array<float, 16> fp4 = make_fp4();
@@ -231,19 +430,7 @@ void dequantize_4bit(const float* code, const uint8_t* packed, const float* absm
                      int64_t blocksize, float* y) {
   check_block("dequantize_4bit", packed, absmax, y, n, blocksize);
   BRAID_CHECK(n == 0 || code, kInvalidArgument, "dequantize_4bit: null code table");
-  // Blocks are even-sized, so a block starts on a byte: per block, one absmax and a table of
-  // the 16 products, then two outputs per byte (the same code[q] * absmax, so the same bits).
-  const Dequant4PairsFn dequant4 = quant_table().dequant4_pairs;
-  for (int64_t b0 = 0; b0 < n; b0 += blocksize) {
-    const int64_t len = std::min(blocksize, n - b0);
-    const float a = absmax[b0 / blocksize];
-    float scaled[16];
-    for (int c = 0; c < 16; ++c) scaled[c] = code[c] * a;
-    const uint8_t* p = packed + b0 / 2;
-    float* out = y + b0;
-    dequant4(scaled, p, len / 2, out);
-    if (len % 2) out[len - 1] = scaled[p[len / 2] >> 4];
-  }
+  if (n > 0) quant_table().dequant4_range(code, packed, absmax, blocksize, 0, n, y);
 }
 
 void quantize_blockwise_8bit(const float* code, const float* x, int64_t n, int64_t blocksize,
@@ -278,23 +465,19 @@ int64_t quantize_int8_rows(const float* x, int64_t rows, int64_t cols, float thr
   BRAID_CHECK(!decompose || rows * cols == 0 || outlier_cols, kInvalidArgument,
               "quantize_int8_rows: threshold ", threshold, " needs an outlier_cols buffer");
   std::vector<char> outlier(static_cast<size_t>(cols), 0);
+  const QuantTable& t = quant_table();
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
-    float m = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float a = std::fabs(xr[c]);
-      if (decompose && a >= threshold) {
-        outlier[c] = 1;
-      } else {
-        m = std::max(m, a);
+    bool any = false;
+    const float m = t.row_absmax(xr, cols, decompose ? threshold : 0.0f, &any);
+    if (any) {
+      for (int64_t c = 0; c < cols; ++c) {
+        if (std::fabs(xr[c]) >= threshold) outlier[c] = 1;
       }
     }
     absmax[r] = m;
     const float scale = m > 0 ? 127.0f / m : 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = std::clamp(std::nearbyint(xr[c] * scale), -127.0f, 127.0f);
-      q[r * cols + c] = static_cast<int8_t>(v);
-    }
+    t.quant_row_i8(xr, cols, scale, q + r * cols);
   }
   int64_t count = 0;
   for (int64_t c = 0; c < cols; ++c) {

@@ -2,10 +2,10 @@
 // one seam every layer uses. Members enqueue on the Stream's cudaStream_t (null: the legacy
 // default stream) of the current device and return without waiting, except
 // unscale_and_check_finite, which returns a host bool. The kernels live by family in
-// cast_copy.cu, elementwise.cu, reduce_softmax.cu, nn_layers.cu, cross_entropy.cu and
-// attention.cu (table_ops.h); gemm, optimizer_step and unscale are cuda.h's. supports() lists
-// exactly the (op, dtype) pairs these members accept; docs/gpu.md ("Kernel table on cuda")
-// gives each member's tolerance against the cpu reference.
+// cast_copy.cu, elementwise.cu, reduce_softmax.cu, nn_layers.cu, cross_entropy.cu,
+// attention.cu and quant.cu (table_ops.h); gemm, optimizer_step and unscale are cuda.h's.
+// supports() lists exactly the (op, dtype) pairs these members accept; docs/gpu.md ("Kernel table
+// on cuda") gives each member's tolerance against the cpu reference.
 #include "braid/kernels/cuda.h"
 #include "braid/kernels/table.h"
 #include "table_ops.h"
@@ -49,7 +49,18 @@ bool cuda_supports(Op op, DType d) {
       return f64 || f32;
     case Op::kOptimizerStep:
     case Op::kUnscaleCheckFinite:
+    case Op::kGemm4bit:
+    case Op::kGemm4bitNN:
       return f32 || half;
+    case Op::kQuantize4bit:
+    case Op::kDequantize4bit:
+    case Op::kQuantizeBlockwise8bit:
+    case Op::kDequantizeBlockwise8bit:
+    case Op::kQuantizeInt8Rows:
+    case Op::kInt8Linear:
+      return f32;
+    case Op::kGemmI8:
+      return d == DType::kI8;
   }
   return false;
 }
@@ -90,6 +101,15 @@ const KernelTable& cuda_kernel_table() {
                                     int64_t count, float inv) {
       return cuda::unscale_and_check_finite(d, data, counts, count, inv, s.handle);
     };
+    t.quantize_4bit = ops::quantize_4bit;
+    t.dequantize_4bit = ops::dequantize_4bit;
+    t.quantize_blockwise_8bit = ops::quantize_blockwise_8bit;
+    t.dequantize_blockwise_8bit = ops::dequantize_blockwise_8bit;
+    t.quantize_int8_rows = ops::quantize_int8_rows;
+    t.gemm_i8_i32 = ops::gemm_i8_i32;
+    t.int8_linear = ops::int8_linear;
+    t.gemm_4bit = ops::gemm_4bit;
+    t.gemm_4bit_nn = ops::gemm_4bit_nn;
     return t;
   }();
   return table;

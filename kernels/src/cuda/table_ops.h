@@ -1,10 +1,10 @@
 // The members of the cuda kernel table (braid/kernels/table.h), one function per member with
 // the member's signature, defined by family in cast_copy.cu, elementwise.cu, reduce_softmax.cu,
-// nn_layers.cu, cross_entropy.cu and attention.cu and gathered by table_cuda.cu. Each computes what
-// the cpu function of the same name documents (cpu.h), checks its arguments with the cpu's messages
-// before enqueueing anything, launches nothing for empty work, and enqueues on the Stream's
-// cudaStream_t without waiting. docs/gpu.md ("Kernel table on cuda") lists what each one guarantees
-// against the cpu reference.
+// nn_layers.cu, cross_entropy.cu, attention.cu and quant.cu and gathered by table_cuda.cu. Each
+// computes what the cpu function of the same name documents (cpu.h), checks its arguments with the
+// cpu's messages before enqueueing anything, launches nothing for empty work, and enqueues on the
+// Stream's cudaStream_t without waiting. docs/gpu.md ("Kernel table on cuda") lists what each one
+// guarantees against the cpu reference.
 #pragma once
 
 #include <cstdint>
@@ -69,5 +69,27 @@ void cross_entropy_backward(Stream s, DType logits_dtype, int64_t rows, int64_t 
 void causal_attention_forward(Stream s, const AttentionArgs& args, const void* qkv, void* out);
 void causal_attention_backward(Stream s, const AttentionArgs& args, const void* qkv,
                                const void* dout, void* dqkv);
+
+// quant.cu
+void quantize_4bit(Stream s, Quant4Type type, const float* x, int64_t n, int64_t blocksize,
+                   uint8_t* packed, float* absmax);
+void dequantize_4bit(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                     int64_t n, int64_t blocksize, float* y);
+void quantize_blockwise_8bit(Stream s, const float* code, const float* x, int64_t n,
+                             int64_t blocksize, uint8_t* q, float* absmax);
+void dequantize_blockwise_8bit(Stream s, const float* code, const uint8_t* q, const float* absmax,
+                               int64_t n, int64_t blocksize, float* y);
+int64_t quantize_int8_rows(Stream s, const float* x, int64_t rows, int64_t cols, float threshold,
+                           int8_t* q, float* absmax, int64_t* outlier_cols);
+void gemm_i8_i32(Stream s, const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k,
+                 int32_t* c);
+int64_t int8_linear(Stream s, const float* x, int64_t m, int64_t k, const int8_t* cb,
+                    const float* scb, int64_t n, float threshold, float* y);
+void gemm_4bit(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+               int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype,
+               void* y, DType y_dtype);
+void gemm_4bit_nn(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                  int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype,
+                  void* y, DType y_dtype);
 
 }  // namespace braid::kernels::cuda::table_ops

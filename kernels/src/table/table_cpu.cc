@@ -1,6 +1,7 @@
 // The cpu kernel table: kernels/cpu.h's functions (ISA-dispatched at run time) behind the
 // KernelTable of table.h. The stream is ignored: cpu work is done when a call returns.
 #include "braid/kernels/cpu.h"
+#include "braid/kernels/cpu_quant.h"
 #include "braid/kernels/table.h"
 #include "table_support.h"
 
@@ -97,6 +98,33 @@ const KernelTable& cpu_kernel_table() {
                                     int64_t count, float inv) {
       return c::unscale_and_check_finite(d, data, counts, count, inv);
     };
+    t.quantize_4bit = [](Stream, Quant4Type ty, const float* x, int64_t n, int64_t bs, uint8_t* p,
+                         float* am) { c::quantize_4bit(ty, x, n, bs, p, am); };
+    t.dequantize_4bit = [](Stream, const float* code, const uint8_t* p, const float* am, int64_t n,
+                           int64_t bs, float* y) { c::dequantize_4bit(code, p, am, n, bs, y); };
+    t.quantize_blockwise_8bit = [](Stream, const float* code, const float* x, int64_t n, int64_t bs,
+                                   uint8_t* q, float* am) {
+      c::quantize_blockwise_8bit(code, x, n, bs, q, am);
+    };
+    t.dequantize_blockwise_8bit = [](Stream, const float* code, const uint8_t* q, const float* am,
+                                     int64_t n, int64_t bs, float* y) {
+      c::dequantize_blockwise_8bit(code, q, am, n, bs, y);
+    };
+    t.quantize_int8_rows = [](Stream, const float* x, int64_t r, int64_t cols, float th, int8_t* q,
+                              float* am, int64_t* oc) {
+      return c::quantize_int8_rows(x, r, cols, th, q, am, oc);
+    };
+    t.gemm_i8_i32 = [](Stream, const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k,
+                       int32_t* cc) { c::gemm_i8_i32(a, b, m, n, k, cc); };
+    t.int8_linear = [](Stream, const float* x, int64_t m, int64_t k, const int8_t* cb,
+                       const float* scb, int64_t n, float th,
+                       float* y) { return c::int8_linear(x, m, k, cb, scb, n, th, y); };
+    t.gemm_4bit = [](Stream, const float* code, const uint8_t* p, const float* am, int64_t bs,
+                     int64_t m, int64_t n, int64_t k, const void* x, DType xd, void* y,
+                     DType yd) { c::gemm_4bit(code, p, am, bs, m, n, k, x, xd, y, yd); };
+    t.gemm_4bit_nn = [](Stream, const float* code, const uint8_t* p, const float* am, int64_t bs,
+                        int64_t m, int64_t n, int64_t k, const void* x, DType xd, void* y,
+                        DType yd) { c::gemm_4bit_nn(code, p, am, bs, m, n, k, x, xd, y, yd); };
     return t;
   }();
   return table;

@@ -24,6 +24,13 @@ void check_shape(Op op, int ndim, const int64_t* shape) {
   }
 }
 
+// A block-wise quant op: n elements in blocks of bs (positive, even).
+void block(Op op, int64_t n, int64_t bs) {
+  check(op, DType::kF32, n);
+  BRAID_CHECK(bs > 0 && bs % 2 == 0, kInvalidArgument, op_name(op), ": blocksize ", bs,
+              " must be positive and even");
+}
+
 }  // namespace
 
 const KernelTable& meta_kernel_table() {
@@ -132,6 +139,52 @@ const KernelTable& meta_kernel_table() {
       check(Op::kUnscaleCheckFinite, d, count);
       for (int64_t i = 0; i < count; ++i) check(Op::kUnscaleCheckFinite, d, counts[i]);
       return false;  // no values, so none is non-finite
+    };
+    // The quant ops have fixed operand dtypes (f32, u8, i8): sizes and block sizes are checked.
+    t.quantize_4bit = [](Stream, Quant4Type, const float*, int64_t n, int64_t bs, uint8_t*,
+                         float*) { block(Op::kQuantize4bit, n, bs); };
+    t.dequantize_4bit = [](Stream, const float*, const uint8_t*, const float*, int64_t n,
+                           int64_t bs, float*) { block(Op::kDequantize4bit, n, bs); };
+    t.quantize_blockwise_8bit = [](Stream, const float*, const float*, int64_t n, int64_t bs,
+                                   uint8_t*, float*) { block(Op::kQuantizeBlockwise8bit, n, bs); };
+    t.dequantize_blockwise_8bit = [](Stream, const float*, const uint8_t*, const float*, int64_t n,
+                                     int64_t bs,
+                                     float*) { block(Op::kDequantizeBlockwise8bit, n, bs); };
+    t.quantize_int8_rows = [](Stream, const float*, int64_t r, int64_t c, float th, int8_t*, float*,
+                              int64_t*) -> int64_t {
+      check(Op::kQuantizeInt8Rows, DType::kF32, r);
+      check(Op::kQuantizeInt8Rows, DType::kF32, c);
+      BRAID_CHECK(th >= 0, kInvalidArgument, "quantize_int8_rows: threshold ", th,
+                  " is negative (0 turns outliers off)");
+      return 0;  // no values, so no outliers
+    };
+    t.gemm_i8_i32 = [](Stream, const int8_t*, const int8_t*, int64_t m, int64_t n, int64_t k,
+                       int32_t*) {
+      check(Op::kGemmI8, DType::kI8, m);
+      check(Op::kGemmI8, DType::kI8, n);
+      check(Op::kGemmI8, DType::kI8, k);
+      BRAID_CHECK(k < 133000, kNotSupported, "gemm_i8_i32: k ", k,
+                  " could overflow the int32 accumulator (expected k < 133000)");
+    };
+    t.int8_linear = [](Stream, const float*, int64_t m, int64_t k, const int8_t*, const float*,
+                       int64_t n, float th, float*) -> int64_t {
+      check(Op::kInt8Linear, DType::kF32, m);
+      check(Op::kInt8Linear, DType::kF32, n);
+      check(Op::kInt8Linear, DType::kF32, k);
+      BRAID_CHECK(th >= 0, kInvalidArgument, "int8_linear: threshold ", th, " is negative");
+      return 0;
+    };
+    t.gemm_4bit = [](Stream, const float*, const uint8_t*, const float*, int64_t bs, int64_t m,
+                     int64_t n, int64_t k, const void*, DType xd, void*, DType yd) {
+      check(Op::kGemm4bit, xd, m);
+      check(Op::kGemm4bit, yd, n);
+      block(Op::kGemm4bit, k, bs);
+    };
+    t.gemm_4bit_nn = [](Stream, const float*, const uint8_t*, const float*, int64_t bs, int64_t m,
+                        int64_t n, int64_t k, const void*, DType xd, void*, DType yd) {
+      check(Op::kGemm4bitNN, xd, m);
+      check(Op::kGemm4bitNN, yd, k);
+      block(Op::kGemm4bitNN, n, bs);
     };
     return t;
   }();

@@ -55,7 +55,18 @@ bool reference_supports(Op op, DType d) {
       return f64 || f32;
     case Op::kOptimizerStep:
     case Op::kUnscaleCheckFinite:
+    case Op::kGemm4bit:  // x's dtype (y may be any of the three as well)
+    case Op::kGemm4bitNN:
       return f32 || half;
+    case Op::kQuantize4bit:
+    case Op::kDequantize4bit:
+    case Op::kQuantizeBlockwise8bit:
+    case Op::kDequantizeBlockwise8bit:
+    case Op::kQuantizeInt8Rows:
+    case Op::kInt8Linear:
+      return f32;
+    case Op::kGemmI8:
+      return d == DType::kI8;
   }
   return false;
 }
@@ -140,6 +151,24 @@ std::string_view op_name(Op op) {
       return "optimizer_step";
     case Op::kUnscaleCheckFinite:
       return "unscale_and_check_finite";
+    case Op::kQuantize4bit:
+      return "quantize_4bit";
+    case Op::kDequantize4bit:
+      return "dequantize_4bit";
+    case Op::kQuantizeBlockwise8bit:
+      return "quantize_blockwise_8bit";
+    case Op::kDequantizeBlockwise8bit:
+      return "dequantize_blockwise_8bit";
+    case Op::kQuantizeInt8Rows:
+      return "quantize_int8_rows";
+    case Op::kGemmI8:
+      return "gemm_i8_i32";
+    case Op::kInt8Linear:
+      return "int8_linear";
+    case Op::kGemm4bit:
+      return "gemm_4bit";
+    case Op::kGemm4bitNN:
+      return "gemm_4bit_nn";
   }
   return "unknown op";
 }

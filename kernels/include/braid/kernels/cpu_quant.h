@@ -5,8 +5,9 @@
 // absmax int8 with an int8 x int8 -> int32 GEMM and outlier columns kept in f32.
 //
 // Raw pointers and element counts, no Tensor inside (design.md, "Kernels"). A scalar reference;
-// gemm_i8_i32 (AVX2, AVX-512) and dequantize_4bit (AVX-512) also have SIMD levels picked per
-// call as cpu.h's kernels are, with the scalar bits. Not in the kernel table. Like cpu.h this
+// gemm_i8_i32, dequantize_4bit, quantize_int8_rows and gemm_4bit also have AVX2 and AVX-512
+// levels picked per call as cpu.h's kernels are, with the scalar bits. The kernel table
+// (table.h) exposes them as the quant ops of every device. Like cpu.h this
 // header is a device's own: only kernels/ and tensor/ include it (cmake/check_layering.py);
 // layers above reach it through braid/tensor/quant.h.
 //
@@ -19,10 +20,13 @@
 
 #include <cstdint>
 
+#include "braid/core/dtype.h"
+#include "braid/kernels/types.h"
+
 namespace braid::kernels::cpu {
 
-// bitsandbytes' two 4-bit data types (bnb_4bit_quant_type "nf4" / "fp4").
-enum class Quant4Type : uint8_t { kNf4, kFp4 };
+// bitsandbytes' two 4-bit data types (bnb_4bit_quant_type "nf4" / "fp4"), types.h's.
+using Quant4Type = kernels::Quant4Type;
 
 // The 16 code values of a 4-bit type in code order (bitsandbytes' quant_map): NF4 from
 // get_4bit_type("nf4"); FP4 = {0, 0.0625, 8, 12, 4, 6, 2, 3, 0, -0.0625, -8, -12, -4, -6, -2, -3}
@@ -56,6 +60,31 @@ void quantize_blockwise_8bit(const float* code, const float* x, int64_t n, int64
 // y[i] = code[q[i]] * absmax[i / blocksize].
 void dequantize_blockwise_8bit(const float* code, const uint8_t* q, const float* absmax, int64_t n,
                                int64_t blocksize, float* y);
+
+// Fused 4-bit dequant-GEMM (bitsandbytes' gemv_4bit / matmul_4bit): y (m x n) = x (m x k) · Wᵀ,
+// where W (n x k, row-major: n * k elements flattened in C order) is stored as quantize_4bit
+// writes it (packed codes, f32 absmax per block of `blocksize`, `code` its 16 values). W is never
+// materialized: tiles of gemm_4bit_tile_rows(k) rows (about 24 KiB of f32) are dequantized into a
+// buffer, with the bits dequantize_4bit gives, and multiplied in f32. x_dtype and y_dtype are f32,
+// bf16 or f16: x is widened to f32 once, y rounded once (to nearest even) at the end.
+// Summation order (Note [gemm_4bit order] in quant.cc): 16 lanes of fused multiply-adds folded in
+// a fixed tree, the same at every SIMD level and thread count (same bits); against
+// dequantize_4bit + gemm() the products are identical and the order differs, each within
+// (ceil(k / 16) + 4) * 2^-24 * sum |x_p w_p| of the exact dot product. Threads: tiles are spread
+// by parallel_for (one run of tiles and one tile buffer per thread).
+void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+               int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+               DType y_dtype);
+// y (m x k) = x (m x n) · W for the same 4-bit W (n x k), not transposed: the input gradient of
+// a 4-bit Linear (dx = dy · W) without materializing W. Tiles as gemm_4bit's; each y element is
+// the sequential sum over j = 0..n-1 of fma(x[i, j], W[j, p], acc) from 0, the same at every SIMD
+// level and thread count (threads take runs of rows of x). Against dequantize + gemm(): within
+// n * 2^-24 * sum_j |x_ij W_jp| of the exact sum. Dtypes as gemm_4bit's.
+void gemm_4bit_nn(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
+                  int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
+                  DType y_dtype);
+// The rows of W one gemm_4bit tile holds (so its extra memory is this * k * 4 bytes per thread).
+int64_t gemm_4bit_tile_rows(int64_t k);
 
 // LLM.int8 vector-wise quantization of a rows x cols row-major matrix (bitsandbytes'
 // int8_vectorwise_quant): with threshold 0, absmax[r] = max |x| over row r (SCB / row_stats)

@@ -64,8 +64,18 @@ enum class Op : uint8_t {
   kAttentionBackward,
   kOptimizerStep,
   kUnscaleCheckFinite,
+  // quantization in bitsandbytes' formats (cpu_quant.h, docs/quantization.md)
+  kQuantize4bit,
+  kDequantize4bit,
+  kQuantizeBlockwise8bit,
+  kDequantizeBlockwise8bit,
+  kQuantizeInt8Rows,
+  kGemmI8,
+  kInt8Linear,
+  kGemm4bit,
+  kGemm4bitNN,
 };
-inline constexpr int kNumOps = static_cast<int>(Op::kUnscaleCheckFinite) + 1;
+inline constexpr int kNumOps = static_cast<int>(Op::kGemm4bitNN) + 1;
 std::string_view op_name(Op op);  // "cast", "layer_norm_forward", ...
 
 // The dtype supports() is asked about, per op: the source dtype for cast, the element dtype of
@@ -146,6 +156,35 @@ struct KernelTable {
   // Waits: the answer is a host bool, so a GPU table synchronizes `s` before returning.
   bool (*unscale_and_check_finite)(Stream s, DType dtype, void* const* data, const int64_t* counts,
                                    int64_t count, float inv_scale) = nullptr;
+
+  // ---- quantization (cpu_quant.h's functions of the same names; docs/quantization.md) ----
+  // Code tables (`code`: 16 or 256 f32) are memory of the table's device, like every operand.
+  void (*quantize_4bit)(Stream s, Quant4Type type, const float* x, int64_t n, int64_t blocksize,
+                        uint8_t* packed, float* absmax) = nullptr;
+  void (*dequantize_4bit)(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                          int64_t n, int64_t blocksize, float* y) = nullptr;
+  void (*quantize_blockwise_8bit)(Stream s, const float* code, const float* x, int64_t n,
+                                  int64_t blocksize, uint8_t* q, float* absmax) = nullptr;
+  void (*dequantize_blockwise_8bit)(Stream s, const float* code, const uint8_t* q,
+                                    const float* absmax, int64_t n, int64_t blocksize,
+                                    float* y) = nullptr;
+  // Returns the outlier column count: with threshold > 0 a GPU table waits for it.
+  int64_t (*quantize_int8_rows)(Stream s, const float* x, int64_t rows, int64_t cols,
+                                float threshold, int8_t* q, float* absmax,
+                                int64_t* outlier_cols) = nullptr;
+  void (*gemm_i8_i32)(Stream s, const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k,
+                      int32_t* c) = nullptr;
+  // Returns the outlier column count: with threshold > 0 a GPU table waits for it.
+  int64_t (*int8_linear)(Stream s, const float* x, int64_t m, int64_t k, const int8_t* cb,
+                         const float* scb, int64_t n, float threshold, float* y) = nullptr;
+  // Fused 4-bit dequant-GEMM: y (m x n) = x (m x k) · dequant(W)ᵀ, W never materialized.
+  void (*gemm_4bit)(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                    int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x,
+                    DType x_dtype, void* y, DType y_dtype) = nullptr;
+  // y (m x k) = x (m x n) · dequant(W) for the same W (n x k): a 4-bit Linear's input gradient.
+  void (*gemm_4bit_nn)(Stream s, const float* code, const uint8_t* packed, const float* absmax,
+                       int64_t blocksize, int64_t m, int64_t n, int64_t k, const void* x,
+                       DType x_dtype, void* y, DType y_dtype) = nullptr;
 };
 
 // The table of a device type. Throws kNotSupported naming the device type when this build has

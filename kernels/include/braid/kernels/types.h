@@ -66,4 +66,7 @@ struct AttentionArgs {
   uint64_t dropout_seed = 0, dropout_offset = 0;  // offset a multiple of 4
 };
 
+// bitsandbytes' two 4-bit data types (bnb_4bit_quant_type "nf4" / "fp4"; docs/quantization.md).
+enum class Quant4Type : uint8_t { kNf4, kFp4 };
+
 }  // namespace braid::kernels

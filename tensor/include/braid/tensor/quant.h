@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Tensor-level quantization in bitsandbytes' formats (docs/quantization.md): 4-bit NF4 / FP4
 // with block-wise absmax and optional double quantization of the absmax, and LLM.int8's
-// row-wise int8 with outlier columns. CPU tensors only; the kernels are
-// braid/kernels/cpu_quant.h.
+// row-wise int8 with outlier columns. The kernels are the kernel table's quant ops
+// (kernels_for(tensor.device()): cpu_quant.h on cpu, quant.cu on cuda, checks only on meta).
 //
 //   QuantizedTensor4bit q = quantize_4bit(w, Quant4Type::kNf4, 64, /*double_quant=*/true);
 //   Tensor w16 = dequantize_4bit(q, DType::kBF16);            // w's shape, bf16
 //   QuantizedInt8 q8 = quantize_int8(w);                         // w: [out, in]
 //   Tensor y = int8_linear(x, q8, 6.0);                           // x [..., in] -> [..., out]
+//   Tensor z = linear_4bit(x, q, DType::kF32);   // x · dequant(w)ᵀ, w never materialized
 #pragma once
 
 #include <cstdint>
@@ -69,5 +70,17 @@ Tensor dequantize_int8(const QuantizedInt8& q, DType dtype);
 // y = x W^T through int8 with LLM.int8's outlier decomposition (columns of x with an element
 // >= threshold run in f32; threshold 0 turns it off). x: floating [..., in]; y: f32 [..., out].
 Tensor int8_linear(const Tensor& x, const QuantizedInt8& w, double threshold);
+
+// y = x · Wᵀ for a 4-bit weight W [out, in] through the fused dequant-GEMM (the table's
+// gemm_4bit, bitsandbytes' gemv_4bit): W is dequantized tile by tile inside the kernel, never as
+// a whole. x: floating [..., in], rounded to `compute` (f32, bf16 or f16) first; y: [..., out] in
+// `compute`, summed in f32 in the order of Note [gemm_4bit order] (kernels/src/cpu/quant.cc).
+// Extra memory during the call: x and y in compute, the absmax in f32 (4 bytes per block) and one
+// tile per thread (cpu_quant.h's gemm_4bit_tile_rows(in) * in * 4 bytes).
+Tensor linear_4bit(const Tensor& x, const QuantizedTensor4bit& q, DType compute);
+// dx = dy · W for the same weight (the table's gemm_4bit_nn), W never materialized: the input
+// gradient of a 4-bit Linear. dy: floating [..., out], rounded to `compute`; dx: [..., in] in
+// `compute`, each element summed over W's rows in order (cpu_quant.h's gemm_4bit_nn).
+Tensor linear_4bit_input_grad(const Tensor& dy, const QuantizedTensor4bit& q, DType compute);
 
 }  // namespace braid
