@@ -270,7 +270,7 @@ TEST(QuantizedDispatch, LlamaUnderHalfItsSizeSameTokens) {
 
 // GPT-2 small at its real size (124M parameters, 498 MB in f32), untrained: not run by ctest
 // (writing and reading half a gigabyte takes a minute on a shared machine). Run with
-//   braid_accel_quant_test --gtest_also_run_disabled_tests \
+//   braid_accel_quant_test --gtest_also_run_disabled_tests
 //     --gtest_filter='QuantizedDispatch.DISABLED_Gpt2SmallAtFullSize'
 // It checks the cap (peak while generating <= half the f32 size) and that the streamed model's
 // tokens and logits equal the whole quantized model's bit for bit; its tokens are compared with
