@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "braid/comm/backend.h"
 #include "braid/core/config.h"
@@ -68,14 +69,21 @@ const Component kComponents[] = {
 };
 constexpr size_t kNumComponents = std::size(kComponents);
 
-bool provides(const Component& c, std::string_view name) {
+// The backends component `c` registers: {"ucx", "hier"}.
+std::vector<std::string_view> backends_of(const Component& c) {
+  std::vector<std::string_view> out;
   const std::string_view names = c.backends;
   for (size_t at = 0; at < names.size();) {
     const size_t end = std::min(names.find(", ", at), names.size());
-    if (names.substr(at, end - at) == name) return true;
+    out.push_back(names.substr(at, end - at));
     at = end + 2;
   }
-  return false;
+  return out;
+}
+
+bool provides(const Component& c, std::string_view name) {
+  const std::vector<std::string_view> names = backends_of(c);
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 // Whether component `c` comes as a plugin: built, not linked into this program, and braid
@@ -235,12 +243,7 @@ std::vector<std::string> backend_names() {
     const Component& c = kComponents[i];
     if (!is_plugin(c) || plugin_state(i) != PluginState::kNotTried) continue;
     if (!component_plugin_present(c.name)) continue;
-    const std::string_view list = c.backends;
-    for (size_t at = 0; at < list.size();) {
-      const size_t end = std::min(list.find(", ", at), list.size());
-      names.emplace_back(list.substr(at, end - at));
-      at = end + 2;
-    }
+    for (std::string_view name : backends_of(c)) names.emplace_back(name);
   }
   std::sort(names.begin(), names.end());
   names.erase(std::unique(names.begin(), names.end()), names.end());
