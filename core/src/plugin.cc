@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,9 +28,12 @@ std::string find_shared_library_dir() {
       info.dli_fname == nullptr || !is_libbraid(info.dli_fname)) {
     return "";
   }
-  std::string file = info.dli_fname;
+  // The loader records the path it found, which is relative when the search path was
+  // (LD_LIBRARY_PATH=lib): made absolute, so that a later chdir does not lose the plugins.
+  char* real = realpath(info.dli_fname, nullptr);
+  std::string file = real != nullptr ? real : info.dli_fname;
+  std::free(real);
   const size_t slash = file.rfind('/');
-  // Loaded by a bare name would have no slash; dlopen always records the path it found.
   return slash == std::string::npos ? std::string(".") : file.substr(0, slash);
 }
 
@@ -79,6 +83,11 @@ const std::string& shared_library_dir() {
   static const std::string dir = find_shared_library_dir();
   return dir;
 }
+
+namespace {
+// Found when the library is loaded, before the program can change its working directory.
+[[maybe_unused]] const std::string& dir_at_load = shared_library_dir();
+}  // namespace
 
 std::string component_plugin_path(std::string_view component) {
   const std::string& dir = shared_library_dir();
