@@ -41,7 +41,10 @@ endfunction()
 # extern "C" function <symbol>, which the component defines; linking the component adds
 # --undefined=<symbol>, so the archive member defining it is always pulled in. In this tree
 # every executable that does not link libbraid.so gets every component
-# (braid_link_components_everywhere), as braid::braid gives a consumer.
+# (braid_link_components_everywhere), as braid::braid gives a consumer. libbraid.so holds no
+# component: bindings/c/CMakeLists.txt makes each one a plugin, libbraid_<name>.so, from the
+# same objects, linked to libbraid.so and to the outside libraries in PRIVATE_DEPS (DEPS are
+# braid layers, which the plugin takes from libbraid.so).
 function(braid_add_component name)
   cmake_parse_arguments(ARG "" "ENTRY" "SOURCES;DEPS;PRIVATE_DEPS" ${ARGN})
   if(NOT ARG_ENTRY)
@@ -56,6 +59,9 @@ function(braid_add_component name)
   target_link_libraries(${t} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   target_link_options(${t} INTERFACE "LINKER:--undefined=${ARG_ENTRY}")
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${name})
+  # For the plugin (bindings/c/CMakeLists.txt): what it links besides libbraid.so.
+  set_property(TARGET ${t} PROPERTY BRAID_PLUGIN_LIBRARIES ${ARG_PRIVATE_DEPS})
+  set_property(TARGET ${t} PROPERTY BRAID_COMPONENT_ENTRY ${ARG_ENTRY})
   if(TARGET braid_check_layering)
     add_dependencies(${t} braid_check_layering)
   endif()

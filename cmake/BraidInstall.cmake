@@ -20,10 +20,20 @@ install(DIRECTORY ${PROJECT_BINARY_DIR}/generated/ DESTINATION ${CMAKE_INSTALL_I
 # pkg-config. Static archives must be listed top layer first, so reverse the order in
 # which braid_add_library created them (bottom to top). The prefix is found from the .pc
 # file's own place, so `cmake --install --prefix` anywhere gives a working file.
+# A component is named by its archive's file (-l:libbraid_comm_mpi.a): -lbraid_comm_mpi would
+# find its plugin libbraid_comm_mpi.so first, in the same folder (docs/layout.md, "Components").
 get_property(_braid_libs GLOBAL PROPERTY BRAID_LAYER_LIBRARIES)
+get_property(_braid_component_libs GLOBAL PROPERTY BRAID_COMPONENT_LIBRARIES)
 list(REVERSE _braid_libs)
-list(TRANSFORM _braid_libs PREPEND "-l")
-list(JOIN _braid_libs " " BRAID_PC_LIBS)
+set(_braid_pc_words)
+foreach(_lib IN LISTS _braid_libs)
+  if(_lib IN_LIST _braid_component_libs)
+    list(APPEND _braid_pc_words "-l:lib${_lib}.a")
+  else()
+    list(APPEND _braid_pc_words "-l${_lib}")
+  endif()
+endforeach()
+list(JOIN _braid_pc_words " " BRAID_PC_LIBS)
 if(BRAID_HAVE_MPI)  # braid_comm_mpi links MPI privately (the mpi backend)
   list(JOIN MPI_CXX_LIBRARIES " " _braid_mpi_libs)
   string(APPEND BRAID_PC_LIBS " ${_braid_mpi_libs}")

@@ -3,7 +3,10 @@
 against torch.distributed's gloo all_reduce on the same tensors, in the same processes:
 
     braid launch --nproc-per-node 2 /usr/bin/python3 bench/python/allreduce_vs_gloo.py \
-        [--sizes 16,1M,64M] [--repeats 5]
+        [--sizes 16,1M,64M] [--repeats 5] [--json FILE]
+
+bench/python/run_vs_gloo.sh runs it and, in the same invocation, the machine's limit for the
+same sizes (braid bench --peer limit), and prints them side by side (docs/performance.md).
 
 Measured as `braid bench` and bench/collectives_vs_gloo.py measure (docs/bench.md): per size
 and library, warm-up calls, then `repeats` timed loops after a barrier; the median loop's time
@@ -13,6 +16,7 @@ column is braid on a tensor from pg.empty_shared (the shm backend's own memory, 
 skips the staging copy), viewed by torch through DLPack.
 """
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -53,6 +57,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="16,1M,64M", help="bytes per rank, comma-separated")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", help="also write the rows to this file (rank 0)")
     args = parser.parse_args()
 
     pg = braid.init()
@@ -100,6 +105,15 @@ def main():
                   f"  {t['gloo'] * 1e6:9.1f} {bw['gloo']:7.2f}  {bw['braid'] / bw['gloo']:6.1f}"
                   f"  {t['braid shared'] * 1e6:9.1f} {bw['braid shared']:7.2f}")
         print("# busbw in GB/s; ratio = braid busbw / gloo busbw (torch tensors both)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"tool": "allreduce_vs_gloo.py", "nranks": n, "backend": pg.backend,
+                           "busbw_factor": factor, "repeats": args.repeats,
+                           "rows": [{"size": nbytes, "count": count,
+                                     "time_us": {k: v * 1e6 for k, v in t.items()},
+                                     "busbw_gbps": {k: nbytes / v / 1e9 * factor
+                                                    for k, v in t.items()}}
+                                    for nbytes, count, t in rows]}, f, indent=1)
     dist.destroy_process_group()
 
 

@@ -2,9 +2,12 @@
 // was compiled in (braid/core/config.h); every other file asks is_runtime_built() or
 // device_runtime() instead of testing BRAID_HAVE_* itself.
 //
-// cpu and meta are registered when the registry is first used. A GPU runtime registers itself
-// through register_device_runtime(); until one has, device_runtime() explains why there is
-// none: not configured, or configured but not registered.
+// cpu and meta are registered when the registry is first used; cuda then too when the program
+// links braid::core_cuda. In libbraid.so, which holds no component, cuda is the plugin
+// libbraid_core_cuda.so beside it, loaded the first time a cuda runtime is asked for
+// (braid/core/plugin.h). Another GPU runtime registers itself through
+// register_device_runtime(); until one has, device_runtime() explains why there is none: not
+// configured, not linked, its plugin did not load, or configured but not registered.
 #include <array>
 #include <atomic>
 #include <memory>
@@ -15,6 +18,7 @@
 #include "braid/core/config.h"
 #include "braid/core/device_runtime.h"
 #include "braid/core/error.h"
+#include "braid/core/plugin.h"
 
 namespace braid {
 class DeviceRuntime;
@@ -74,8 +78,45 @@ Registry& registry() {
   return *r;
 }
 
+constexpr const char* kCudaEntry = "braid_core_make_cuda_runtime";
+
+// Whether cuda comes as a plugin: built, not linked into this program, braid in libbraid.so.
+bool cuda_is_plugin() {
+  return BRAID_HAVE_CUDA && braid_core_make_cuda_runtime == nullptr &&
+         !shared_library_dir().empty();
+}
+
+// Loads the core_cuda plugin and registers its runtime, once per process. Loading it calls
+// nothing in CUDA (as linking it does not), so a machine without a driver loads it fine.
+void load_cuda_plugin() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!cuda_is_plugin()) return;
+    const PluginLoad& load = load_component_plugin("core_cuda", kCudaEntry);
+    if (load.entry == nullptr) return;
+    auto make = reinterpret_cast<DeviceRuntime* (*)()>(load.entry);
+    registry().add(std::unique_ptr<DeviceRuntime>(make()));
+  });
+}
+
+// The runtime in `type`'s slot, loading a plugin first where the type has one.
+DeviceRuntime* find_runtime(DeviceType type) {
+  Slot& slot = registry().slots[static_cast<int>(type)];
+  DeviceRuntime* rt = slot.runtime.load(std::memory_order_acquire);
+  if (rt == nullptr && type == DeviceType::kCUDA && cuda_is_plugin()) {
+    load_cuda_plugin();
+    rt = slot.runtime.load(std::memory_order_acquire);
+  }
+  return rt;
+}
+
 // Why a type has no runtime, for the kNotSupported message.
 std::string missing_reason(DeviceType type) {
+  if (type == DeviceType::kCUDA && cuda_is_plugin()) {
+    const PluginLoad& load = load_component_plugin("core_cuda", kCudaEntry);
+    return "cuda: the runtime is built but its plugin " + load.path +
+           " could not be loaded: " + load.error + " (docs/layout.md, \"Components\")";
+  }
   switch (type) {
     case DeviceType::kXPU:
       return "xpu: not built: braid has no SYCL runtime yet";
@@ -102,7 +143,7 @@ DeviceRuntime& device_runtime(DeviceType type) {
   BRAID_CHECK(t >= 0 && t < kNumDeviceTypes, kInvalidArgument, "device type ", t,
               " is not a known DeviceType");
   Slot& slot = registry().slots[t];
-  DeviceRuntime* rt = slot.runtime.load(std::memory_order_acquire);
+  DeviceRuntime* rt = find_runtime(type);
   BRAID_CHECK(rt != nullptr, kNotSupported, missing_reason(type));
   int count = slot.count.load(std::memory_order_relaxed);
   if (count < 0) {
@@ -121,7 +162,7 @@ DeviceRuntime& device_runtime(DeviceType type) {
 bool is_runtime_built(DeviceType type) {
   const int t = static_cast<int>(type);
   if (t < 0 || t >= kNumDeviceTypes) return false;
-  return registry().slots[t].runtime.load(std::memory_order_acquire) != nullptr;
+  return find_runtime(type) != nullptr;
 }
 
 void register_device_runtime(std::unique_ptr<DeviceRuntime> runtime) {

@@ -5,7 +5,10 @@
 #   2. consumer/ configures with find_package(braid), builds and runs;
 #   3. the same consumer/main.cc compiles and runs with `pkg-config --cflags --libs braid`;
 #   4. components/ (find_package(braid COMPONENTS comm), braid::comm) configures with MPI, CUDA
-#      and UCX hidden, links none of their libraries, and runs on shm.
+#      and UCX hidden, links none of their libraries, and runs on shm;
+#   5. the installed libbraid.so NEEDs no MPI, UCX, NCCL or CUDA library, and every plugin the
+#      build made (libbraid_<component>.so) is installed beside it and loads there (with its
+#      install RPATH: cudart from the toolkit's folder).
 # Usage: install_test.sh BUILD_DIR CONSUMER_DIR WORK_DIR   (ctest: tests/install)
 # Environment: CXX (compiler), BRAID_CMAKE (cmake), BRAID_SANITIZE (as the build used).
 set -euo pipefail
@@ -73,4 +76,27 @@ if grep -E "libmpi|libucp|libucs|libuct|libcudart|libcublas|libnccl" <<<"$needed
   exit 1
 fi
 "$work/components-build/components_consumer"
+
+echo "== libbraid.so and its plugins"
+if compgen -G "$build/lib/libbraid.so*" >/dev/null; then
+  lib=$(ls "$libdir"/libbraid.so.*.*.* 2>/dev/null | head -1)
+  [[ -n $lib ]] || { echo "missing: $libdir/libbraid.so.<version>" >&2; exit 1; }
+  lib_needed=$(readelf -d "$lib" | grep NEEDED || true)
+  echo "$lib_needed"
+  if grep -E "libmpi|libucp|libucs|libuct|libcudart|libcublas|libnccl" <<<"$lib_needed"; then
+    echo "FAIL: the installed libbraid.so links a transport or CUDA library" >&2
+    exit 1
+  fi
+  for built in "$build"/lib/libbraid_*.so; do
+    [[ -e $built ]] || continue
+    plugin=$libdir/$(basename "$built")
+    [[ -e $plugin ]] || { echo "missing: $plugin (the build has $built)" >&2; exit 1; }
+    # As the registries load it: libbraid.so first, then the plugin RTLD_NOW.
+    python3 -c 'import ctypes, os, sys
+ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+ctypes.CDLL(sys.argv[2], mode=os.RTLD_NOW)' "$lib" "$plugin" ||
+      { echo "FAIL: the installed plugin $plugin does not load" >&2; exit 1; }
+    echo "ok: $plugin loads"
+  done
+fi
 echo "install test: all passed"

@@ -1,9 +1,12 @@
 // The kernel table registry: the one file that knows which device tables this program has.
 // cpu and meta are always built; cuda is the component braid::kernels_cuda (built when
-// BRAID_HAVE_CUDA, present when linked: a weak reference to its entry point). Tables are plain
-// static data, looked up by device type with no lock.
+// BRAID_HAVE_CUDA, present when linked: a weak reference to its entry point; in libbraid.so,
+// which holds no component, the plugin libbraid_kernels_cuda.so beside it, loaded on the first
+// ask for cuda kernels: braid/core/plugin.h). Tables are plain static data, looked up by device
+// type with no lock once found.
 #include "braid/core/config.h"
 #include "braid/core/error.h"
+#include "braid/core/plugin.h"
 #include "braid/kernels/table.h"
 #include "table_support.h"
 
@@ -73,6 +76,29 @@ bool reference_supports(Op op, DType d) {
 
 }  // namespace detail
 
+namespace {
+
+constexpr const char* kCudaEntry = "braid_kernels_cuda_table";
+
+// Whether the cuda kernels come as a plugin: built, not linked, braid in libbraid.so.
+bool cuda_is_plugin() {
+  return BRAID_HAVE_CUDA && braid_kernels_cuda_table == nullptr && !shared_library_dir().empty();
+}
+
+// The cuda table: the linked component's, else the plugin's (loaded once), else null.
+const KernelTable* cuda_table() {
+  if (braid_kernels_cuda_table != nullptr) return braid_kernels_cuda_table();
+  if (!cuda_is_plugin()) return nullptr;
+  static const KernelTable* table = [] {
+    const PluginLoad& load = load_component_plugin("kernels_cuda", kCudaEntry);
+    if (load.entry == nullptr) return static_cast<const KernelTable*>(nullptr);
+    return reinterpret_cast<const KernelTable* (*)()>(load.entry)();
+  }();
+  return table;
+}
+
+}  // namespace
+
 const KernelTable& kernels_for(DeviceType type) {
   switch (type) {
     case DeviceType::kCPU:
@@ -80,7 +106,13 @@ const KernelTable& kernels_for(DeviceType type) {
     case DeviceType::kMeta:
       return detail::meta_kernel_table();
     case DeviceType::kCUDA:
-      if (braid_kernels_cuda_table != nullptr) return *braid_kernels_cuda_table();
+      if (const KernelTable* table = cuda_table()) return *table;
+      if (cuda_is_plugin()) {
+        const PluginLoad& load = load_component_plugin("kernels_cuda", kCudaEntry);
+        BRAID_FAIL(kNotSupported, "kernels_for(cuda): the cuda kernels are built but their plugin ",
+                   load.path, " could not be loaded: ", load.error,
+                   " (docs/layout.md, \"Components\")");
+      }
       BRAID_CHECK(!BRAID_HAVE_CUDA, kNotSupported,
                   "kernels_for(cuda): the cuda kernels are built but this program does not link "
                   "their component: link braid::kernels_cuda (braid::braid links every "
@@ -96,7 +128,7 @@ const KernelTable& kernels_for(DeviceType type) {
 
 bool has_kernels(DeviceType type) {
   return type == DeviceType::kCPU || type == DeviceType::kMeta ||
-         (type == DeviceType::kCUDA && braid_kernels_cuda_table != nullptr);
+         (type == DeviceType::kCUDA && cuda_table() != nullptr);
 }
 
 std::string_view op_name(Op op) {

@@ -58,15 +58,19 @@ class Backend {
 
 using BackendFactory = std::function<std::unique_ptr<Backend>(const BackendContext&)>;
 
-// Registry by name ("shm", later "ucx", "mpi", "nccl"). comm/src/backend_registry.cc is the
-// one file that registers the compiled-in backends.
+// Registry by name ("shm", "ucx", "hier", "mpi", "nccl"). comm/src/backend_registry.cc is the
+// one file that registers the compiled-in backends. In libbraid.so a transport is a plugin,
+// loaded by the first create_backend() of one of its backends; backend_names() lists the
+// backends of a plugin whose file is there without loading it (docs/layout.md, "Plugins of
+// libbraid.so").
 void register_backend(std::string name, BackendFactory factory);
 std::unique_ptr<Backend> create_backend(std::string_view name, const BackendContext& context);
 std::vector<std::string> backend_names();
 
 // The communication part of `braid env`'s report: the backends of this build and the libraries
 // they run on as loaded in this process ("ucx: 1.13.1 (built against 1.13; <path>)", "mpi: Open
-// MPI v4.1.4, ..."), one "name: text" line each. Loads no transport and starts no MPI.
+// MPI v4.1.4, ..."), one "name: text" line each; in libbraid.so, each transport's plugin and
+// whether it is loaded. Loads no transport and starts no MPI.
 std::string communication_report();
 
 }  // namespace braid
