@@ -76,11 +76,15 @@ endfunction()
 # Links every component to every executable of the tree under `dir` that does not link
 # libbraid.so (which holds them all already): tests, apps, examples and bench run with every
 # backend and runtime the build has, as before components were split out.
+# Each folder once: when braid is a subproject of bindings/python (`pip install`), that
+# folder's path names the enclosing project, whose subdirectory is braid's root again.
 function(braid_link_components_everywhere dir)
   get_property(components GLOBAL PROPERTY BRAID_COMPONENT_LIBRARIES)
-  if(NOT components)
+  get_property(seen GLOBAL PROPERTY BRAID_COMPONENTS_LINKED_DIRS)
+  if(NOT components OR dir IN_LIST seen)
     return()
   endif()
+  set_property(GLOBAL APPEND PROPERTY BRAID_COMPONENTS_LINKED_DIRS ${dir})
   get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
   foreach(t IN LISTS targets)
     get_target_property(type ${t} TYPE)
