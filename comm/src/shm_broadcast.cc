@@ -11,10 +11,17 @@
 // has filled.
 //   - Broadcast b (counted over the group's life, the same on every rank) uses cell
 //     b % kBcastCells of the root's ring; the cell's `seq` becomes b+1 once it holds the data.
+//     A message of up to kInlineBytes travels in the cell; a larger one in the root's next data
+//     slot (round robin over kBcastSlots), which the cell names.
 //   - Every rank, root included, sets its `done` to b+1 after the call. Before the root writes
 //     cell b % kBcastCells it waits until every other rank's `done` >= b+1-kBcastCells: the
 //     cell's previous message (broadcast b-kBcastCells at the latest) has been read by all.
-//     Whoever was the root of that one, `done` covers it.
+//     Whoever was the root of that one, `done` covers it. Likewise before it rewrites a data
+//     slot: `done` past the broadcast that used the slot last (the root keeps which).
+//   - Depth: 256 cells and 256 data slots (1 MiB per rank). With 4 ranks on 2 vCPUs, 16 cells
+//     left the 16-byte broadcast at 0.64-0.80 of OpenMPI's speed, 64 at 0.90-1.12, 256 at
+//     2.2-2.6; 64 data slots left 64 bytes at 0.86-1.19, 256 at 1.7-2.5 (docs/performance.md):
+//     the deeper the ring, the fewer context switches per call.
 //   - The cross-rank check: a receiver compares the call the root wrote into the cell with its
 //     own before it copies anything. A rank that makes another call where a peer makes a small
 //     broadcast (or the converse) waits for a peer that never arrives: between its futex slices
@@ -31,10 +38,6 @@
 
 namespace braid::shm {
 namespace {
-
-uint8_t* cell_data(BcastCell& cell, int64_t bytes) {
-  return bytes <= kInlineBytes ? cell.data : reinterpret_cast<uint8_t*>(&cell + 1);
-}
 
 void copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0 && dst != src) fast_copy(dst, src, static_cast<size_t>(bytes));
@@ -97,19 +100,32 @@ void ShmGroup::broadcast_small(Call& c) {
   if (me_ == d.root) {
     wait_bcast_done(c, b + 1 - kBcastCells);
     BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
+    uint8_t* data = cell.data;
+    if (bytes > kInlineBytes) {
+      const uint32_t k = bcast_next_slot_++ % kBcastSlots;
+      // A slot last used kBcastCells or more broadcasts ago is covered by the wait above.
+      if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
+        wait_bcast_done(c, bcast_slot_user_[k] + 1);
+      }
+      bcast_slot_user_[k] = b;
+      bcast_slot_used_[k] = true;
+      cell.slot = static_cast<uint8_t>(k);
+      data = seg_->bcast_slot(me_, static_cast<int>(k));
+    }
     cell.call_index = c.index;
     cell.front_seq = d.seq;
     cell.count = d.count;
     cell.dtype = static_cast<uint8_t>(d.dtype);
     cell.root = d.root;
-    copy(cell_data(cell, bytes), d.send, bytes);
+    copy(data, d.send, bytes);
     publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
     copy(d.recv, d.send, bytes);
   } else {
     BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(b % kBcastCells));
     wait_at_least(c, d.root, cell.seq, cell.waiters, b + 1);
     verify_bcast_cell(c, cell);
-    copy(d.recv, cell_data(cell, bytes), bytes);
+    const uint8_t* data = bytes <= kInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
+    copy(d.recv, data, bytes);
   }
   bcasts_ = b + 1;
   bcast_digest_ = mix(mix(mix(bcast_digest_, c.index), static_cast<uint64_t>(d.count)),

@@ -23,7 +23,8 @@
 // sequence of regions from the same sequence of step sizes, which the cross-rank check keeps
 // equal. A peer can publish call k+1 while I still check call k, never call k+2 (that needs my
 // ready of a step of call k+1, published after my check of call k): hence two copies of the
-// call words.
+// call words. k counts the calls that take steps: a peer may be any number of small broadcasts
+// ahead, which take none (Note [Small broadcast], shm_broadcast.cc).
 //
 // Note [Staging ring]
 // Rewriting a line that a peer has just read is slow on some machines: the write must first
@@ -296,6 +297,10 @@ class ShmGroup final : public Backend {
   // and a digest of their calls (published with the next step-protocol call).
   uint32_t bcasts_ = 0;
   uint32_t bcast_seen_done_ = 0;
+  // This rank's data slots as a root: the next one, and the broadcast that used each last.
+  uint32_t bcast_next_slot_ = 0;
+  uint32_t bcast_slot_user_[kBcastSlots] = {};
+  bool bcast_slot_used_[kBcastSlots] = {};
   uint64_t bcast_digest_ = 0;
   std::mutex mu_;              // one call at a time on this backend
   std::exception_ptr broken_;  // the error that left this group unusable

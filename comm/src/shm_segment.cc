@@ -24,7 +24,9 @@ namespace braid::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr size_t kBcastStride = sizeof(BcastCell) + kBcastCellBytes;
+// Per rank: the cells, then the data slots.
+constexpr size_t kBcastCellsBytes = kBcastCells * sizeof(BcastCell);
+constexpr size_t kBcastStride = kBcastCellsBytes + kBcastSlots * kBcastCellBytes;
 
 size_t round_up(size_t v, size_t to) {
   return (v + to - 1) / to * to;
@@ -42,7 +44,7 @@ Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint6
   l.mailbox_off = l.slot_off + n * (slot_bytes + small_ring_bytes(slot_bytes));
   l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
   l.bcast_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
-  l.arena_off = round_up(l.bcast_off + n * kBcastCells * kBcastStride, kPage);
+  l.arena_off = round_up(l.bcast_off + n * kBcastStride, kPage);
   l.total = l.arena_off + n * arena_bytes;
   return l;
 }
@@ -175,8 +177,13 @@ uint8_t* Segment::mailbox_data(int src, int dst) const {
 }
 
 BcastCell& Segment::bcast_cell(int rank, int j) const {
-  const size_t index = static_cast<size_t>(rank) * kBcastCells + static_cast<size_t>(j);
-  return *reinterpret_cast<BcastCell*>(base_ + bcast_off_ + index * kBcastStride);
+  uint8_t* ring = base_ + bcast_off_ + static_cast<size_t>(rank) * kBcastStride;
+  return reinterpret_cast<BcastCell*>(ring)[j];
+}
+
+uint8_t* Segment::bcast_slot(int rank, int k) const {
+  uint8_t* ring = base_ + bcast_off_ + static_cast<size_t>(rank) * kBcastStride;
+  return ring + kBcastCellsBytes + static_cast<size_t>(k) * kBcastCellBytes;
 }
 
 uint8_t* Segment::arena(int rank) const {

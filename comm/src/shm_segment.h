@@ -68,9 +68,11 @@ struct alignas(64) StepLine {
 static_assert(sizeof(StepLine) == 64);
 
 // Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
-// rank writes as the root of broadcast b being cell b % kBcastCells; a cell carries up to
-// kBcastCellBytes of data after its header line (up to kInlineBytes inside it).
-inline constexpr int kBcastCells = 16;
+// rank writes as the root of broadcast b being cell b % kBcastCells. A cell carries up to
+// kInlineBytes inside it; a larger message (up to kBcastCellBytes) goes into one of the rank's
+// kBcastSlots data slots, which the cell names.
+inline constexpr int kBcastCells = 256;
+inline constexpr int kBcastSlots = 256;
 inline constexpr int64_t kBcastCellBytes = 4096;
 
 struct alignas(64) BcastCell {
@@ -79,7 +81,7 @@ struct alignas(64) BcastCell {
   uint64_t call_index = 0;  // the root's call, which the receivers compare with their own
   uint64_t front_seq = 0;
   int64_t count = 0;
-  uint8_t dtype = 0, pad[3] = {};
+  uint8_t dtype = 0, slot = 0, pad[2] = {};  // slot: the data slot of a larger message
   int32_t root = 0;
   alignas(8) uint8_t data[kInlineBytes] = {};
 };
@@ -172,8 +174,9 @@ class Segment {
   uint8_t* slot(int rank) const;
   MailboxHeader& mailbox(int src, int dst) const;
   uint8_t* mailbox_data(int src, int dst) const;
-  // Cell j of rank `rank`'s small-broadcast ring; its data follows the header line.
+  // Cell j of rank `rank`'s small-broadcast ring, and its data slot k (kBcastCellBytes).
   BcastCell& bcast_cell(int rank, int j) const;
+  uint8_t* bcast_slot(int rank, int k) const;
   // Rank `rank`'s arena (header().arena_bytes bytes; its pages are reserved by reserve()).
   uint8_t* arena(int rank) const;
   // Reserves the pages of [offset, offset + bytes) of this rank's arena (fallocate on the
