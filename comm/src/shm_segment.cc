@@ -186,6 +186,16 @@ uint8_t* Segment::bcast_slot(int rank, int k) const {
   return ring + kBcastCellsBytes + static_cast<size_t>(k) * kBcastCellBytes;
 }
 
+void Segment::touch_bcast_rings() const {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+  // Populates the page tables without reading the bytes (peers may already write them). An
+  // older kernel refuses (EINVAL): the first turn of the rings then takes the faults.
+  const size_t bytes = round_up(static_cast<size_t>(nranks_) * kBcastStride, kPage);
+  (void)madvise(base_ + bcast_off_, bytes, MADV_POPULATE_READ);
+}
+
 uint8_t* Segment::arena(int rank) const {
   return base_ + arena_off_ + static_cast<size_t>(rank) * header().arena_bytes;
 }
