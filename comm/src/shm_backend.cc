@@ -87,6 +87,10 @@ ShmOptions shm_options_from_env() {
   o.chunk_bytes = env_bytes("BRAID_SHM_CHUNK_BYTES", o.chunk_bytes, 64);
   o.nontemporal_bytes = env_bytes("BRAID_SHM_NONTEMPORAL_BYTES", o.nontemporal_bytes, 0);
   o.kernel_copy_bytes = env_bytes("BRAID_SHM_KERNEL_COPY_BYTES", o.kernel_copy_bytes, 0);
+  o.bcast_bytes = env_bytes("BRAID_SHM_BCAST_BYTES", o.bcast_bytes, 0);
+  BRAID_CHECK(o.bcast_bytes <= static_cast<uint64_t>(shm::kBcastCellBytes), kInvalidArgument,
+              "environment variable BRAID_SHM_BCAST_BYTES=", o.bcast_bytes,
+              " is too large (expected at most ", shm::kBcastCellBytes, " bytes)");
   if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
     BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
                 "environment variable BRAID_SHM_ALGO='", algo,
@@ -139,7 +143,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                          options.zerocopy_bytes, options.chunk_bytes, options.nontemporal_bytes,
                          options.kernel_copy_bytes,
                          // Note [Kernel copy]: ranks that share CPUs stage large results.
-                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0};
+                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0, options.bcast_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -156,6 +160,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   area_bytes_ = (slot / 4) & ~uint64_t{63};
   inputs_.resize(n_);
   init_arena();
+  seg_->touch_bcast_rings();
   // Rank 0's kernel_copy_bytes decides for the group; a rank whose own is 0 does not offer its
   // buffers, which turns the path off for the group at its first call (Note [Kernel copy]).
   if (seg_->header().kernel_copy_bytes != 0 && options.kernel_copy_bytes != 0) {
@@ -207,6 +212,11 @@ std::shared_ptr<Work> ShmGroup::run(const CollectiveDesc& desc) {
 void ShmGroup::dispatch(const CollectiveDesc& desc) {
   const bool collective = desc.kind != CollectiveKind::kSend && desc.kind != CollectiveKind::kRecv;
   Call c = begin_call(desc, collective);
+  if (desc.kind == CollectiveKind::kBroadcast && small_broadcast(c)) {
+    broadcast_small(c);  // Note [Small broadcast]: no step, so no step-call index
+    return;
+  }
+  if (collective) c.step_call = ++step_calls_;
   switch (desc.kind) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kReduce:
@@ -251,6 +261,8 @@ void ShmGroup::leave_after_error(ErrorKind kind) {
   ControlBlock& mine = seg_->control(me_);
   mine.aborted.store(1 + static_cast<uint32_t>(kind), std::memory_order_seq_cst);
   for (StepLine& line : mine.step) futex_wake_all(line.epoch);
+  futex_wake_all(mine.bcast.done);
+  for (int j = 0; j < kBcastCells; ++j) futex_wake_all(seg_->bcast_cell(me_, j).seq);
   for (int p = 0; p < n_; ++p) {
     futex_wake_all(seg_->mailbox(me_, p).posted);
     futex_wake_all(seg_->mailbox(p, me_).taken);
@@ -303,6 +315,7 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
   while (true) {
     const uint32_t v = word.load(std::memory_order_acquire);
     if (reached(v)) return;
+    if (c.index != 0) check_crossed_calls(c);  // before `aborted`: name the mismatch itself
     for (int p = 0; p < n_; ++p) {
       const uint32_t aborted = seg_->control(p).aborted.load(std::memory_order_acquire);
       if (p != me_ && aborted != 0) {
@@ -368,7 +381,7 @@ void ShmGroup::wait_all(Call& c, uint32_t target) {
 void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
                          const std::vector<int>& missing_hint) {
   std::vector<int> missing = missing_hint;
-  if (c.index != 0) {  // a collective: name every rank that has not arrived
+  if (c.index != 0 && !c.small_bcast) {  // a step: name every rank that has not arrived
     missing.clear();
     const uint32_t target = c.target;
     for (int p = 0; p < n_; ++p) {

@@ -42,6 +42,10 @@ struct ShmOptions {
   // directly with process_vm_readv instead of staging them (BRAID_SHM_KERNEL_COPY_BYTES; 0:
   // never; docs/shm.md, "Kernel copy").
   uint64_t kernel_copy_bytes = uint64_t{32} << 10;
+  // Largest broadcast (bytes) that takes the small-broadcast path (BRAID_SHM_BCAST_BYTES; at
+  // most 4096; 0: never): the root writes a cell of its ring and returns, the others copy it
+  // out (docs/shm.md, "Small broadcasts").
+  uint64_t bcast_bytes = 4096;
 };
 
 // The options from the environment (defaults above). Throws kInvalidArgument naming the

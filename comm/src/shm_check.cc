@@ -6,9 +6,12 @@
 // rank compares every peer's call with its own, so a mismatch is an error naming both ranks and
 // both calls before anyone reads a peer's data. The same step shares the premul_sum factors and
 // the all_to_all_v counts.
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "shm_group.h"
 
@@ -46,6 +49,48 @@ std::string describe(const PublishedCall& p) {
   return out.str();
 }
 
+// A peer's step line read while the peer may write it (a wait's diagnosis, after the line's
+// epoch showed a step this rank has not made: the fields of that step's call stay put until
+// this rank arrives). Atomic reads, as publish_call's writes.
+template <class T>
+T load_field(const T& field) {
+  return std::atomic_ref<T>(const_cast<T&>(field)).load(std::memory_order_relaxed);
+}
+template <class T>
+void store_field(T& field, T value) {
+  std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
+}
+
+PublishedCall read_call_racy(const StepLine& line) {
+  return {load_field(line.call_index),
+          load_field(line.seq),
+          load_field(line.count),
+          static_cast<CollectiveKind>(load_field(line.kind)),
+          static_cast<DType>(load_field(line.dtype)),
+          static_cast<ReduceOp>(load_field(line.op)),
+          load_field(line.root)};
+}
+
+PublishedCall call_of(const Call& c) {
+  const CollectiveDesc& d = c.desc;
+  return {c.index, d.seq, d.count, d.kind, d.dtype, d.op, d.root};
+}
+
+// Rank p's latest small broadcast (Note [Small broadcast]); false while p rewrites it.
+bool read_bcast_record(const BcastLine& line, PublishedCall* out) {
+  const uint64_t index = line.index.load(std::memory_order_acquire);
+  if (index == 0) return false;
+  *out = {index,
+          line.front_seq.load(std::memory_order_relaxed),
+          line.count.load(std::memory_order_relaxed),
+          CollectiveKind::kBroadcast,
+          static_cast<DType>(line.dtype.load(std::memory_order_relaxed)),
+          ReduceOp::kSum,
+          line.root.load(std::memory_order_relaxed)};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return line.index.load(std::memory_order_relaxed) == index;
+}
+
 bool same_call(const PublishedCall& a, const PublishedCall& b) {
   if (a.index != b.index || a.kind != b.kind) return false;
   if (a.kind == CollectiveKind::kBarrier) return true;
@@ -61,13 +106,15 @@ bool same_call(const PublishedCall& a, const PublishedCall& b) {
 void ShmGroup::publish_call(Call& c) {
   StepLine& line = step_line(me_);
   const CollectiveDesc& d = c.desc;
-  line.call_index = c.index;
-  line.seq = d.seq;
-  line.count = d.count;
-  line.kind = static_cast<uint8_t>(d.kind);
-  line.dtype = static_cast<uint8_t>(d.dtype);
-  line.op = static_cast<uint8_t>(d.op);
-  line.root = d.root;
+  // Atomic stores (plain moves on x86): a waiting peer's check_crossed_calls may read them.
+  store_field(line.call_index, c.index);
+  store_field(line.seq, d.seq);
+  store_field(line.count, d.count);
+  store_field(line.kind, static_cast<uint8_t>(d.kind));
+  store_field(line.dtype, static_cast<uint8_t>(d.dtype));
+  store_field(line.op, static_cast<uint8_t>(d.op));
+  store_field(line.root, d.root);
+  line.bcast_digest = bcast_digest_;
   CallWords& words = call_words(me_, c);
   words.premul_bits.store(std::bit_cast<uint64_t>(d.premul_factor), std::memory_order_relaxed);
   words.send_arena_off.store(c.send_off, std::memory_order_relaxed);
@@ -78,25 +125,92 @@ void ShmGroup::publish_call(Call& c) {
   // The release store of the ready epoch that follows makes these visible to the peers.
 }
 
+namespace {
+
+[[noreturn]] void throw_mismatch(const std::vector<int>& world, int me, const PublishedCall& mine,
+                                 int p, const PublishedCall& theirs) {
+  BRAID_FAIL(kInvalidArgument, "shm: collective mismatch at group call #", mine.index,
+             ": group rank ", me, " (world rank ", world[me], ") called ", describe(mine), " (seq ",
+             mine.seq, ", call #", mine.index, ") but group rank ", p, " (world rank ", world[p],
+             ") called ", describe(theirs), " (seq ", theirs.seq, ", call #", theirs.index,
+             "); expected every rank of the group to make the same collective calls in the "
+             "same order");
+}
+
+}  // namespace
+
 void ShmGroup::verify_call(Call& c) {
   const PublishedCall mine = read_call(step_line(me_));
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
     const PublishedCall theirs = read_call(step_line(p));
-    BRAID_CHECK(same_call(mine, theirs), kInvalidArgument,
-                "shm: collective mismatch at group call #", mine.index, ": group rank ", me_,
-                " (world rank ", context_.global_ranks[me_], ") called ", describe(mine), " (seq ",
-                mine.seq, ", call #", mine.index, ") but group rank ", p, " (world rank ",
-                context_.global_ranks[p], ") called ", describe(theirs), " (seq ", theirs.seq,
-                ", call #", theirs.index,
-                "); expected every rank of the group to make the same collective calls in the "
-                "same order");
+    if (!same_call(mine, theirs)) throw_mismatch(context_.global_ranks, me_, mine, p, theirs);
+  }
+  for (int p = 0; p < n_; ++p) {
+    if (p == me_ || step_line(p).bcast_digest == bcast_digest_) continue;
+    // Small broadcasts on which the ranks disagreed without anyone waiting (both believed they
+    // were the root; Note [Small broadcast]). Name the latest of each, where it can be read.
+    PublishedCall a{}, b{};
+    const bool known = read_bcast_record(seg_->control(me_).bcast, &a) &&
+                       read_bcast_record(seg_->control(p).bcast, &b);
+    BRAID_FAIL(kInvalidArgument, "shm: collective mismatch before group call #", c.index,
+               ": the small broadcasts of group rank ", me_, " (world rank ",
+               context_.global_ranks[me_], ") and group rank ", p, " (world rank ",
+               context_.global_ranks[p], ") differ",
+               known ? " (latest: " + describe(a) + " at call #" + std::to_string(a.index) +
+                           " against " + describe(b) + " at call #" + std::to_string(b.index) + ")"
+                     : std::string(),
+               "; expected every rank of the group to make the same collective calls in the "
+               "same order, with the same root");
   }
   if (c.desc.op == ReduceOp::kPremulSum && is_reduction(c.desc.kind)) {
     c.factors.resize(n_);
     for (int p = 0; p < n_; ++p) {
       c.factors[p] =
           std::bit_cast<double>(call_words(p, c).premul_bits.load(std::memory_order_relaxed));
+    }
+  }
+}
+
+void ShmGroup::verify_bcast_cell(const Call& c, const BcastCell& cell) {
+  const PublishedCall mine = call_of(c);
+  const PublishedCall theirs{cell.call_index,
+                             cell.front_seq,
+                             cell.count,
+                             CollectiveKind::kBroadcast,
+                             static_cast<DType>(cell.dtype),
+                             ReduceOp::kSum,
+                             cell.root};
+  if (!same_call(mine, theirs)) {
+    throw_mismatch(context_.global_ranks, me_, mine, c.desc.root, theirs);
+  }
+}
+
+// Note [Small broadcast]. A peer p that takes part in this rank's call arrives: the checks
+// below fire only where it cannot.
+void ShmGroup::check_crossed_calls(const Call& c) {
+  for (int p = 0; p < n_; ++p) {
+    if (p == me_) continue;
+    if (c.small_bcast) {
+      // p in a step this rank has not made (step epoch_). Legitimate only for a call after this
+      // one, and then p completed this small broadcast before (`done`, published before its
+      // step's epoch, which this acquire load saw).
+      const StepLine& line = seg_->control(p).step[epoch_ & 1];
+      const uint32_t e = line.epoch.load(std::memory_order_acquire);
+      if (static_cast<int32_t>(e - (epoch_ + 1)) < 0) continue;
+      const PublishedCall theirs = read_call_racy(line);
+      const uint32_t done = seg_->control(p).bcast.done.load(std::memory_order_acquire);
+      if (theirs.index > c.index && static_cast<int32_t>(done - (c.bcast + 1)) >= 0) continue;
+      throw_mismatch(context_.global_ranks, me_, call_of(c), p, theirs);
+    } else {
+      // A small broadcast of p at or after this call, while p has not made this step: p can
+      // have passed this call only through this step.
+      PublishedCall theirs{};
+      if (!read_bcast_record(seg_->control(p).bcast, &theirs) || theirs.index < c.index) continue;
+      const uint32_t e =
+          seg_->control(p).step[(c.target - 1) & 1].epoch.load(std::memory_order_acquire);
+      if (static_cast<int32_t>(e - c.target) >= 0) continue;
+      throw_mismatch(context_.global_ranks, me_, call_of(c), p, theirs);
     }
   }
 }

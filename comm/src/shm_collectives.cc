@@ -210,8 +210,12 @@ void ShmGroup::reduce_scatter(Call& c) {
 void ShmGroup::reduce_scatter_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const uint64_t sub = sub_slot_bytes();
-  const int64_t chunk = chunk_elems(static_cast<int64_t>(sub) / es, es);
+  // Sub-areas no larger than a block: a small message then stages through the small ring
+  // (Note [Staging ring]; with a quarter of the large ring per step, its lines were cold on
+  // every call: 16-64 B on 2 ranks 0.52-0.63 us against the limit program's 0.45).
+  const uint64_t block = (static_cast<uint64_t>(d.count * es) + 63) & ~uint64_t{63};
+  const uint64_t sub = std::min(sub_slot_bytes(), block);
+  const int64_t chunk = chunk_elems(std::max<int64_t>(static_cast<int64_t>(sub) / es, 1), es);
   std::optional<Folder> folder;
   std::vector<const void*>& inputs = inputs_;
   const int64_t steps = steps_for(d.count, chunk);

@@ -23,7 +23,8 @@
 // sequence of regions from the same sequence of step sizes, which the cross-rank check keeps
 // equal. A peer can publish call k+1 while I still check call k, never call k+2 (that needs my
 // ready of a step of call k+1, published after my check of call k): hence two copies of the
-// call words.
+// call words. k counts the calls that take steps: a peer may be any number of small broadcasts
+// ahead, which take none (Note [Small broadcast], shm_broadcast.cc).
 //
 // Note [Staging ring]
 // Rewriting a line that a peer has just read is slow on some machines: the write must first
@@ -59,6 +60,11 @@ struct Call {
   std::chrono::steady_clock::time_point deadline;  // set at the call's first wait
   std::chrono::milliseconds timeout;
   uint64_t index = 0;  // collectives this rank entered, this one included
+  // Step-protocol collectives this rank entered, this one included (small broadcasts do not
+  // count): the parity of the call words (Note [Small broadcast]).
+  uint64_t step_call = 0;
+  bool small_bcast = false;  // on the small-broadcast path, as its number `bcast`
+  uint32_t bcast = 0;
   bool first_step = true;
   uint32_t target = 0;          // the epoch being waited for (error messages)
   std::vector<double> factors;  // premul_sum: every rank's factor, after the first step
@@ -155,7 +161,9 @@ class ShmGroup final : public Backend {
   void verify_call(Call& c);
   // Rank p's step line for the current step, and its words for call c.
   StepLine& step_line(int p) const { return seg_->control(p).step[line_]; }
-  CallWords& call_words(int p, const Call& c) const { return seg_->control(p).call[c.index & 1]; }
+  CallWords& call_words(int p, const Call& c) const {
+    return seg_->control(p).call[c.step_call & 1];
+  }
   // Rank p's area for the current step and for the step before (Note [Staging ring]).
   uint8_t* area(int p) const { return seg_->slot(p) + region_; }
   uint8_t* prev_area(int p) const { return seg_->slot(p) + prev_region_; }
@@ -186,6 +194,20 @@ class ShmGroup final : public Backend {
   void reduce_one_shot(Call& c);
   void reduce_two_shot(Call& c);
   void broadcast(Call& c);
+  // ---- Note [Small broadcast] (shm_broadcast.cc) ----
+  // Whether the call takes it: decided from the call and the segment's header alone, so every
+  // rank decides alike.
+  bool small_broadcast(const Call& c) const;
+  void broadcast_small(Call& c);
+  // Waits until every other rank completed small broadcast `done` - 1 (wrap-safe).
+  void wait_bcast_done(Call& c, uint32_t done);
+  void publish_bcast_record(const Call& c);
+  // The receivers' check of the root's cell: kInvalidArgument naming both calls.
+  void verify_bcast_cell(const Call& c, const BcastCell& cell);
+  // Between the futex slices of a wait: a peer that made another call where this rank makes a
+  // small broadcast, or a small broadcast where this rank makes a step-protocol call, never
+  // arrives; kInvalidArgument naming both calls (shm_check.cc).
+  void check_crossed_calls(const Call& c);
   void all_gather(Call& c);  // also kGather
   void reduce_scatter(Call& c);
   // Their paths through the staging areas (with_zero_copy runs them).
@@ -270,6 +292,16 @@ class ShmGroup final : public Backend {
   std::vector<const void*> inputs_;        // a fold's n input pointers, kept across calls
   int64_t spin_ns_ = 20000;                // the adaptive spin budget (wait_at_least)
   uint64_t calls_ = 0;
+  uint64_t step_calls_ = 0;
+  // Note [Small broadcast]: how many this rank made, the least `done` of the peers it last saw,
+  // and a digest of their calls (published with the next step-protocol call).
+  uint32_t bcasts_ = 0;
+  uint32_t bcast_seen_done_ = 0;
+  // This rank's data slots as a root: the next one, and the broadcast that used each last.
+  uint32_t bcast_next_slot_ = 0;
+  uint32_t bcast_slot_user_[kBcastSlots] = {};
+  bool bcast_slot_used_[kBcastSlots] = {};
+  uint64_t bcast_digest_ = 0;
   std::mutex mu_;              // one call at a time on this backend
   std::exception_ptr broken_;  // the error that left this group unusable
   BackendCapabilities caps_;

@@ -24,13 +24,16 @@ namespace braid::shm {
 namespace {
 
 constexpr size_t kPage = 4096;
+// Per rank: the cells, then the data slots.
+constexpr size_t kBcastCellsBytes = kBcastCells * sizeof(BcastCell);
+constexpr size_t kBcastStride = kBcastCellsBytes + kBcastSlots * kBcastCellBytes;
 
 size_t round_up(size_t v, size_t to) {
   return (v + to - 1) / to * to;
 }
 
 struct Layout {
-  size_t control_off, slot_off, mailbox_off, mailbox_stride, arena_off, total;
+  size_t control_off, slot_off, mailbox_off, mailbox_stride, bcast_off, arena_off, total;
 };
 
 Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint64_t arena_bytes) {
@@ -40,7 +43,8 @@ Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint6
   l.slot_off = round_up(l.control_off + n * sizeof(ControlBlock), kPage);
   l.mailbox_off = l.slot_off + n * (slot_bytes + small_ring_bytes(slot_bytes));
   l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
-  l.arena_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
+  l.bcast_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
+  l.arena_off = round_up(l.bcast_off + n * kBcastStride, kPage);
   l.total = l.arena_off + n * arena_bytes;
   return l;
 }
@@ -67,6 +71,7 @@ void Segment::compute_offsets() {
   slot_off_ = l.slot_off;
   mailbox_off_ = l.mailbox_off;
   mailbox_stride_ = l.mailbox_stride;
+  bcast_off_ = l.bcast_off;
 }
 
 std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
@@ -107,11 +112,13 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
   header->nontemporal_bytes = config.nontemporal_bytes;
   header->kernel_copy_bytes = config.kernel_copy_bytes;
   header->kernel_copy_limit = config.kernel_copy_limit;
+  header->bcast_bytes = std::min<uint64_t>(config.bcast_bytes, kBcastCellBytes);
   std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total, fd));
   seg->compute_offsets();
   for (int r = 0; r < nranks; ++r) {
     new (&seg->control(r)) ControlBlock();
     for (int d = 0; d < nranks; ++d) new (&seg->mailbox(r, d)) MailboxHeader();
+    for (int j = 0; j < kBcastCells; ++j) new (&seg->bcast_cell(r, j)) BcastCell();
   }
   // Written last: a rank that maps early sees either no magic or a complete header.
   std::atomic_ref<uint32_t>(header->version).store(kVersion, std::memory_order_relaxed);
@@ -167,6 +174,26 @@ MailboxHeader& Segment::mailbox(int src, int dst) const {
 
 uint8_t* Segment::mailbox_data(int src, int dst) const {
   return reinterpret_cast<uint8_t*>(&mailbox(src, dst)) + sizeof(MailboxHeader);
+}
+
+BcastCell& Segment::bcast_cell(int rank, int j) const {
+  uint8_t* ring = base_ + bcast_off_ + static_cast<size_t>(rank) * kBcastStride;
+  return reinterpret_cast<BcastCell*>(ring)[j];
+}
+
+uint8_t* Segment::bcast_slot(int rank, int k) const {
+  uint8_t* ring = base_ + bcast_off_ + static_cast<size_t>(rank) * kBcastStride;
+  return ring + kBcastCellsBytes + static_cast<size_t>(k) * kBcastCellBytes;
+}
+
+void Segment::touch_bcast_rings() const {
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+  // Populates the page tables without reading the bytes (peers may already write them). An
+  // older kernel refuses (EINVAL): the first turn of the rings then takes the faults.
+  const size_t bytes = round_up(static_cast<size_t>(nranks_) * kBcastStride, kPage);
+  (void)madvise(base_ + bcast_off_, bytes, MADV_POPULATE_READ);
 }
 
 uint8_t* Segment::arena(int rank) const {

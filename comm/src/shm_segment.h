@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -35,6 +35,7 @@ struct alignas(64) SegmentHeader {
   uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
   uint64_t kernel_copy_bytes = 0;   // smallest message read from peers by process_vm_readv (0: off)
   uint64_t kernel_copy_limit = 0;   // largest result a rank writes with it (0: no limit)
+  uint64_t bcast_bytes = 0;         // largest broadcast of the small-broadcast path (0: off)
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -60,8 +61,45 @@ struct alignas(64) StepLine {
   uint8_t kind = 0, dtype = 0, op = 0, pad = 0;
   int32_t root = 0;
   alignas(8) uint8_t data[kInlineBytes] = {};  // a message of up to kInlineBytes
+  // Digest of the small broadcasts (Note [Small broadcast]) this rank made before this call:
+  // published with the call and compared by the cross-rank check.
+  uint64_t bcast_digest = 0;
 };
 static_assert(sizeof(StepLine) == 64);
+
+// Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
+// rank writes as the root of broadcast b being cell b % kBcastCells. A cell carries up to
+// kInlineBytes inside it; a larger message (up to kBcastCellBytes) goes into one of the rank's
+// kBcastSlots data slots, which the cell names.
+inline constexpr int kBcastCells = 256;
+inline constexpr int kBcastSlots = 256;
+inline constexpr int64_t kBcastCellBytes = 4096;
+
+struct alignas(64) BcastCell {
+  std::atomic<uint32_t> seq{0};  // b+1 once the root wrote small broadcast b here (futex word)
+  std::atomic<uint32_t> waiters{0};
+  uint64_t call_index = 0;  // the root's call, which the receivers compare with their own
+  uint64_t front_seq = 0;
+  int64_t count = 0;
+  uint8_t dtype = 0, slot = 0, pad[2] = {};  // slot: the data slot of a larger message
+  int32_t root = 0;
+  alignas(8) uint8_t data[kInlineBytes] = {};
+};
+static_assert(sizeof(BcastCell) == 64);
+
+// Per rank, a line of its own: the small broadcasts it completed (what a root waits for before
+// it reuses a cell) and the one it is in, for the wait's mismatch diagnosis (a seqlock: `index`
+// is 0 while the fields change).
+struct alignas(64) BcastLine {
+  std::atomic<uint32_t> done{0};  // small broadcasts completed (futex word)
+  std::atomic<uint32_t> waiters{0};
+  std::atomic<uint64_t> index{0};  // the group call index of the latest small broadcast
+  std::atomic<uint64_t> front_seq{0};
+  std::atomic<int64_t> count{0};
+  std::atomic<uint32_t> dtype{0};
+  std::atomic<int32_t> root{0};
+};
+static_assert(sizeof(BcastLine) == 64);
 
 // What a call's later steps still read from the peers, by parity of the call index: a peer can
 // be at most one call ahead.
@@ -86,6 +124,7 @@ struct alignas(64) ControlBlock {
   // ranks only when theirs are equal (Note [Kernel copy]).
   std::atomic<uint64_t> pid_ns{0};
   CallWords call[2];
+  BcastLine bcast;
 };
 
 // One per ordered pair (src -> dst), followed by mailbox_bytes of data.
@@ -114,6 +153,7 @@ struct SegmentConfig {
   uint64_t nontemporal_bytes = 0;
   uint64_t kernel_copy_bytes = 0;
   uint64_t kernel_copy_limit = 0;
+  uint64_t bcast_bytes = 0;  // at most kBcastCellBytes
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.
@@ -134,6 +174,13 @@ class Segment {
   uint8_t* slot(int rank) const;
   MailboxHeader& mailbox(int src, int dst) const;
   uint8_t* mailbox_data(int src, int dst) const;
+  // Cell j of rank `rank`'s small-broadcast ring, and its data slot k (kBcastCellBytes).
+  BcastCell& bcast_cell(int rank, int j) const;
+  uint8_t* bcast_slot(int rank, int k) const;
+  // Maps every page of every rank's cells and data slots into this process now: their first
+  // use would otherwise take a page fault per 4 KiB slot in the timed calls (the first turn of
+  // 256 slots cost 64-byte broadcasts on 2 ranks 1.0-1.2 us against 0.2-0.3 after it).
+  void touch_bcast_rings() const;
   // Rank `rank`'s arena (header().arena_bytes bytes; its pages are reserved by reserve()).
   uint8_t* arena(int rank) const;
   // Reserves the pages of [offset, offset + bytes) of this rank's arena (fallocate on the
@@ -151,7 +198,8 @@ class Segment {
   uint8_t* base_;
   size_t bytes_;
   int fd_;  // kept open for reserve_arena(); still valid after the name is unlinked
-  size_t control_off_ = 0, slot_off_ = 0, mailbox_off_ = 0, mailbox_stride_ = 0, arena_off_ = 0;
+  size_t control_off_ = 0, slot_off_ = 0, mailbox_off_ = 0, mailbox_stride_ = 0, bcast_off_ = 0,
+         arena_off_ = 0;
 };
 
 // Futex on a word of a MAP_SHARED mapping (not FUTEX_PRIVATE: other processes wait on it).

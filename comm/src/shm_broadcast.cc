@@ -1,0 +1,137 @@
+// The shm backend's small broadcasts (docs/shm.md, "Small broadcasts"): the root writes the
+// message into the next cell of its ring and returns; every other rank waits for that cell
+// alone, checks the root's call against its own and copies the message out.
+//
+// Note [Small broadcast]
+// Through the step protocol a broadcast is a barrier: every rank waits for every other one. With
+// more ranks than cores each call then needs every rank to run once, a few context switches per
+// call (4 ranks on 2 vCPUs: 2.2 us for 16 bytes, OpenMPI's eager broadcast 0.38 us). Here the
+// root waits for nobody while its ring has a free cell, and a receiver waits for the root only,
+// so back-to-back broadcasts pipeline: a rank that gets a core works through every cell the root
+// has filled.
+//   - Broadcast b (counted over the group's life, the same on every rank) uses cell
+//     b % kBcastCells of the root's ring; the cell's `seq` becomes b+1 once it holds the data.
+//     A message of up to kInlineBytes travels in the cell; a larger one in the root's next data
+//     slot (round robin over kBcastSlots), which the cell names.
+//   - Every rank, root included, sets its `done` to b+1 after the call. Before the root writes
+//     cell b % kBcastCells it waits until every other rank's `done` >= b+1-kBcastCells: the
+//     cell's previous message (broadcast b-kBcastCells at the latest) has been read by all.
+//     Whoever was the root of that one, `done` covers it. Likewise before it rewrites a data
+//     slot: `done` past the broadcast that used the slot last (the root keeps which).
+//   - Depth: 256 cells and 256 data slots (1 MiB per rank). With 4 ranks on 2 vCPUs, 16 cells
+//     left the 16-byte broadcast at 0.64-0.80 of OpenMPI's speed, 64 at 0.90-1.12, 256 at
+//     2.2-2.6; 64 data slots left 64 bytes at 0.86-1.19, 256 at 1.7-2.5 (docs/performance.md):
+//     the deeper the ring, the fewer context switches per call.
+//   - The cross-rank check: a receiver compares the call the root wrote into the cell with its
+//     own before it copies anything. A rank that makes another call where a peer makes a small
+//     broadcast (or the converse) waits for a peer that never arrives: between its futex slices
+//     the wait looks at the peers' step lines and small-broadcast records and raises the
+//     mismatch (check_crossed_calls, shm_check.cc). Ranks that disagree on the root may all
+//     believe they are roots, and none waits: every rank folds its small broadcasts into a
+//     digest that it publishes with its next step-protocol call, where the check compares it.
+//   - Small broadcasts take no step: the step protocol's reasoning is untouched, except that a
+//     peer may now be any number of small broadcasts ahead. The call words (Note [Step
+//     protocol]) are therefore indexed by the step-protocol calls only (Call::step_call).
+#include <cstring>
+
+#include "shm_group.h"
+
+namespace braid::shm {
+namespace {
+
+void copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0 && dst != src) fast_copy(dst, src, static_cast<size_t>(bytes));
+}
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0x100000001b3ull;
+}
+
+}  // namespace
+
+bool ShmGroup::small_broadcast(const Call& c) const {
+  const SegmentHeader& h = seg_->header();
+  const CollectiveDesc& d = c.desc;
+  const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
+  if (bytes > h.bcast_bytes) return false;
+  // A call that may read the root's buffer in place keeps that path (zero_copy_candidate).
+  const bool arena = h.arena_bytes != 0 && bytes >= h.zerocopy_bytes;
+  return d.count <= 0 || (!arena && !tries_kernel_copy(c));
+}
+
+void ShmGroup::publish_bcast_record(const Call& c) {
+  BcastLine& line = seg_->control(me_).bcast;
+  const CollectiveDesc& d = c.desc;
+  // A seqlock for the diagnosis of a waiting peer: index 0 while the fields change.
+  line.index.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  line.front_seq.store(d.seq, std::memory_order_relaxed);
+  line.count.store(d.count, std::memory_order_relaxed);
+  line.dtype.store(static_cast<uint32_t>(d.dtype), std::memory_order_relaxed);
+  line.root.store(d.root, std::memory_order_relaxed);
+  line.index.store(c.index, std::memory_order_release);
+}
+
+void ShmGroup::wait_bcast_done(Call& c, uint32_t done) {
+  auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - done) >= 0; };
+  if (reached(bcast_seen_done_)) return;
+  // Every peer at once: the least `done` seen now lets the next cells go without looking.
+  uint32_t least = 0;
+  bool first = true;
+  for (int p = 0; p < n_; ++p) {
+    if (p == me_) continue;
+    BcastLine& line = seg_->control(p).bcast;
+    wait_at_least(c, p, line.done, line.waiters, done);
+    const uint32_t v = line.done.load(std::memory_order_acquire);
+    if (first || static_cast<int32_t>(v - least) < 0) least = v;
+    first = false;
+  }
+  bcast_seen_done_ = first ? done : least;
+}
+
+void ShmGroup::broadcast_small(Call& c) {
+  const CollectiveDesc& d = c.desc;
+  const int64_t bytes = d.count * static_cast<int64_t>(dtype_size(d.dtype));
+  const uint32_t b = bcasts_;
+  c.small_bcast = true;
+  c.bcast = b;
+  publish_bcast_record(c);
+  if (me_ == d.root) {
+    wait_bcast_done(c, b + 1 - kBcastCells);
+    BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
+    uint8_t* data = cell.data;
+    if (bytes > kInlineBytes) {
+      const uint32_t k = bcast_next_slot_++ % kBcastSlots;
+      // A slot last used kBcastCells or more broadcasts ago is covered by the wait above.
+      if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
+        wait_bcast_done(c, bcast_slot_user_[k] + 1);
+      }
+      bcast_slot_user_[k] = b;
+      bcast_slot_used_[k] = true;
+      cell.slot = static_cast<uint8_t>(k);
+      data = seg_->bcast_slot(me_, static_cast<int>(k));
+    }
+    cell.call_index = c.index;
+    cell.front_seq = d.seq;
+    cell.count = d.count;
+    cell.dtype = static_cast<uint8_t>(d.dtype);
+    cell.root = d.root;
+    copy(data, d.send, bytes);
+    publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
+    copy(d.recv, d.send, bytes);
+  } else {
+    BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(b % kBcastCells));
+    wait_at_least(c, d.root, cell.seq, cell.waiters, b + 1);
+    verify_bcast_cell(c, cell);
+    const uint8_t* data = bytes <= kInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
+    copy(d.recv, data, bytes);
+  }
+  bcasts_ = b + 1;
+  bcast_digest_ = mix(mix(mix(bcast_digest_, c.index), static_cast<uint64_t>(d.count)),
+                      static_cast<uint64_t>(d.dtype) | static_cast<uint64_t>(d.root) << 8);
+  BcastLine& line = seg_->control(me_).bcast;
+  publish_word(line.done, line.waiters, b + 1);
+}
+
+}  // namespace braid::shm

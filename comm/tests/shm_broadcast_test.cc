@@ -1,0 +1,250 @@
+// The shm backend's small broadcasts (docs/shm.md, "Small broadcasts"; Note [Small broadcast]
+// in comm/src/shm_broadcast.cc): at 1, 2, 3, 4 and 8 ranks (threads and forked processes),
+// every root, sizes on both sides of the path's limit, in place and out of place, many more
+// calls than the ring has cells (so every cell is reused under every root), mixed with step
+// calls; and the mismatches the path must still report: a receiver whose call differs from the
+// root's, a small broadcast where a peer makes another collective, ranks that all believe they
+// are the root.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../src/shm_backend.h"
+#include "../src/shm_segment.h"
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+#include "comm_test_util.h"
+
+namespace braid {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string unique_job() {
+  static std::atomic<int> counter{0};
+  return "sb" + std::to_string(getpid()) + "n" + std::to_string(counter++);
+}
+
+std::unique_ptr<Backend> make_backend(int rank, int size, std::shared_ptr<Store> store,
+                                      const std::string& job, milliseconds timeout,
+                                      const ShmOptions& options = ShmOptions{}) {
+  BackendContext ctx;
+  ctx.store = std::move(store);
+  ctx.rank = rank;
+  ctx.size = size;
+  for (int i = 0; i < size; ++i) ctx.global_ranks.push_back(10 + i);
+  ctx.job_id = job;
+  ctx.timeout = timeout;
+  return create_shm_backend(ctx, options);
+}
+
+void run(Backend& b, const CollectiveDesc& d) {
+  auto work = b.run(d);
+  if (work->error()) std::rethrow_exception(work->error());
+}
+
+// The value element i of call k carries when rank `root` sends it.
+int32_t value(int k, int root, int64_t i) {
+  return k * 100003 + root * 1009 + static_cast<int32_t>(i);
+}
+
+// Call k of the sequence: a broadcast of counts around the path's limit (4096 bytes = 1024 i32)
+// from root k % n, in place every other call; every 7th call an all_reduce (a step call between
+// small broadcasts).
+void run_sequence(int me, int n, Backend& b, int calls) {
+  const int64_t counts[] = {0, 1, 3, 4, 5, 16, 17, 255, 1024, 1025, 2};
+  std::vector<int32_t> send(2048), recv(2048);
+  for (int k = 0; k < calls; ++k) {
+    CollectiveDesc d;
+    d.dtype = DType::kI32;
+    d.seq = static_cast<uint64_t>(k + 1);
+    if (k % 7 == 6) {
+      d.kind = CollectiveKind::kAllReduce;
+      d.count = 3;
+      std::vector<int32_t> x(3, me + k), y(3, -1);
+      d.send = x.data();
+      d.recv = y.data();
+      run(b, d);
+      for (int32_t v : y) ASSERT_EQ(v, n * k + n * (n - 1) / 2) << "all_reduce, call " << k;
+      continue;
+    }
+    d.kind = CollectiveKind::kBroadcast;
+    d.root = k % n;
+    d.count = counts[k % std::size(counts)];
+    const bool in_place = k % 2 == 0;
+    for (int64_t i = 0; i < d.count; ++i) {
+      send[i] = me == d.root ? value(k, d.root, i) : -7;
+      recv[i] = -9;
+    }
+    d.send = send.data();
+    d.recv = in_place ? send.data() : recv.data();
+    run(b, d);
+    const int32_t* out = in_place ? send.data() : recv.data();
+    for (int64_t i = 0; i < d.count; ++i) {
+      ASSERT_EQ(out[i], value(k, d.root, i))
+          << "call " << k << ", root " << d.root << ", count " << d.count << ", element " << i
+          << (in_place ? ", in place" : ", out of place") << ", rank " << me;
+    }
+    if (me == d.root && !in_place) {  // the root's send buffer stays as it was
+      for (int64_t i = 0; i < d.count; ++i) ASSERT_EQ(send[i], value(k, d.root, i));
+    }
+  }
+}
+
+// (processes, ranks)
+class ShmSmallBroadcast : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(ShmSmallBroadcast, EveryRootSizeAndPlacementThroughManyRingTurns) {
+  const auto [processes, n] = GetParam();
+  const std::string job = unique_job();
+  const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, milliseconds(60000));
+    // Three turns of the ring of cells (many of the data slots) at 8 ranks, more at fewer.
+    run_sequence(me, size, *b, 3 * shm::kBcastCells * std::max(1, 4 / size) + 5);
+    CollectiveDesc barrier;  // the digests of every small broadcast are compared here
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*b, barrier);
+  };
+  auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmSmallBroadcast,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8)));
+
+// With the path off every broadcast takes the step protocol: the same results.
+TEST(ShmSmallBroadcast, OffGivesTheSameResults) {
+  const std::string job = unique_job();
+  ShmOptions o;
+  o.bcast_bytes = 0;
+  auto result = testing::run_threads(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, milliseconds(60000), o);
+    run_sequence(me, size, *b, 60);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// What each rank's calls threw (nullopt: nothing).
+std::vector<std::optional<Error>> errors_of(int n, milliseconds timeout,
+                                            const std::function<void(int, Backend&)>& fn) {
+  std::vector<std::optional<Error>> errors(n);
+  const std::string job = unique_job();
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, timeout);
+    try {
+      fn(me, *b);
+    } catch (const Error& e) {
+      errors[me] = e;
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  return errors;
+}
+
+CollectiveDesc bcast(std::vector<float>& buf, int64_t count, int root) {
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kBroadcast;
+  d.send = d.recv = buf.data();
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+TEST(ShmSmallBroadcastErrors, AReceiverWhoseCallDiffersFromTheRootsNamesBoth) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    run(b, bcast(buf, me == 2 ? 8 : 4, 0));
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(b, barrier);
+  });
+  ASSERT_TRUE(errors[2].has_value());
+  EXPECT_EQ(errors[2]->kind(), ErrorKind::kInvalidArgument) << errors[2]->what();
+  const std::string msg = errors[2]->message();
+  EXPECT_NE(msg.find("group rank 2 (world rank 12) called broadcast f32 x 8 root 0"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("group rank 0 (world rank 10) called broadcast f32 x 4 root 0"),
+            std::string::npos)
+      << msg;
+  // The others fail at the barrier: rank 2 left the group.
+  for (int r : {0, 1}) {
+    ASSERT_TRUE(errors[r].has_value()) << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kPeerLost) << errors[r]->what();
+  }
+}
+
+// A receiver of a small broadcast whose root makes another collective: both wait for a peer
+// that never comes, and both name the two calls (in the wait's slow path, not at the timeout).
+TEST(ShmSmallBroadcastErrors, ASmallBroadcastAgainstAnotherCollectiveIsAMismatchOnEveryRank) {
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    CollectiveDesc d;
+    d.send = d.recv = buf.data();
+    d.count = 16;
+    if (me == 2) d = bcast(buf, 16, 1);  // rank 1 makes the all_reduce
+    run(b, d);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+    const std::string msg = errors[r]->message();
+    EXPECT_NE(msg.find("all_reduce f32 x 16 sum"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("broadcast f32 x 16 root 1"), std::string::npos) << msg;
+  }
+}
+
+// The root of a small broadcast waits for nobody: the peers that make another collective find
+// its broadcast in its record and name it; the root learns at its next call.
+TEST(ShmSmallBroadcastErrors, ARootThatBroadcastsWhereOthersReduceIsNamedByThem) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    CollectiveDesc d;
+    d.send = d.recv = buf.data();
+    d.count = 16;
+    if (me == 0) d = bcast(buf, 16, 0);
+    run(b, d);
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(b, barrier);
+  });
+  // Ranks 1 and 2 name rank 0's broadcast, or its barrier when rank 0 reached it first (then
+  // the calls' indices differ at the step's check).
+  for (int r : {1, 2}) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+    const std::string msg = errors[r]->message();
+    EXPECT_TRUE(msg.find("group rank 0 (world rank 10) called broadcast f32 x 16") !=
+                    std::string::npos ||
+                msg.find("group rank 0 (world rank 10) called barrier") != std::string::npos)
+        << msg;
+  }
+  ASSERT_TRUE(errors[0].has_value());  // at its barrier
+}
+
+// Two ranks that both believe they are the root wait for nobody; the digest compared at the
+// next step call reports it on both.
+TEST(ShmSmallBroadcastErrors, RanksThatAllBelieveTheyAreTheRootFailAtTheNextCall) {
+  auto errors = errors_of(2, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(4, 1.f);
+    for (int k = 0; k < 3; ++k) run(b, bcast(buf, 4, k == 1 ? me : 0));
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(b, barrier);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+    EXPECT_NE(errors[r]->message().find("small broadcasts"), std::string::npos)
+        << errors[r]->message();
+  }
+}
+
+}  // namespace
+}  // namespace braid
