@@ -113,6 +113,6 @@ for dtype in ("fp32", "bf16", "bf16p"):  # bf16p (braid's FSDP MixedPrecision) v
             hidden = f"{100 * med(rs, 'hidden'):.0f}%"
         print(f"{mode:10} {ov:7} {dt:5} {tps:7.0f} {step:8.1f} {comm:>8} {exposed:>8} {hidden:>7} "
               f"{peak:>14} {vs_ddp:>7} {tps / torch_tps:8.2f} {span(rs):>14}")
-tv = next(iter(rows[("torch DDP", "-", "fp32")]))["torch"]
+tv = next(r for k, rs in rows.items() if k[0] == "torch DDP" for r in rs)["torch"]
 print(f"# torch {tv}")
 PY
