@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kQThreads)
     }
     // s[l] + s[l + 8], then + 4, + 2, + 1: lane 0 ends with the cpu's fold.
 #pragma unroll
-    for (int width = 8; width >= 1; width /= 2) s = s + __shfl_down_sync(0xffffffffu, s, width, 16);
+    for (int width = 8; width >= 1; width /= 2) s = s + BRAID_SHFL_DOWN(s, width, 16);
     if (live && lane == 0) y[o] = s;
   }
 }

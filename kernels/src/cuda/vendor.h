@@ -52,6 +52,7 @@ __device__ inline unsigned short braid_hip_bfloat16_as_ushort(braid_hip_bf16 b) 
 #define cudaMemsetAsync hipMemsetAsync
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaStreamSynchronize hipStreamSynchronize
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
 #define cudaGetLastError hipGetLastError
@@ -61,6 +62,9 @@ __device__ inline unsigned short braid_hip_bfloat16_as_ushort(braid_hip_bf16 b) 
 // HIP has no __grid_constant__; its kernel arguments are read from memory with a computed
 // offset anyway, so a struct indexed at run time is not copied to scratch.
 #define BRAID_GRID_CONSTANT
+// A shuffle down within groups of `width` lanes (all lanes of the group take part). HIP's
+// __shfl_down has no mask (wavefronts of 64 lanes; ROCm before 6.2 has no _sync form).
+#define BRAID_SHFL_DOWN(value, delta, width) __shfl_down((value), (delta), (width))
 
 #else  // CUDA
 
@@ -71,5 +75,7 @@ __device__ inline unsigned short braid_hip_bfloat16_as_ushort(braid_hip_bf16 b) 
 // Lets a kernel index its by-value argument block at run time without the compiler copying
 // the whole block into local memory first (sm_70+, CUDA 11.7+).
 #define BRAID_GRID_CONSTANT __grid_constant__
+#define BRAID_SHFL_DOWN(value, delta, width) \
+  __shfl_down_sync(0xffffffffu, (value), (delta), (width))
 
 #endif
