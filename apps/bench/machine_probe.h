@@ -30,7 +30,7 @@ MachineProbe probe_machine(Store& store, int rank, int world_size, std::string_v
 std::string format_probe(const MachineProbe& start, const MachineProbe& end);
 
 // Below this share of the local copy's speed, the cross-process copy is in the slow state.
-// Ordinary runs measured 0.3-0.6 on an Intel Xeon VM (docs/bench.md); the slow state of
+// Ordinary runs measured 0.45-0.62 on an Intel Xeon VM (docs/bench.md); the slow state of
 // issue 35 was about 0.1 of an ordinary run.
 inline constexpr double kSlowRatio = 0.12;
 
