@@ -31,6 +31,17 @@ void gemm_i8(const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k, 
   }
 }
 
+// The 16 lanes' sum modulo 2^32. GCC's _mm512_reduce_add_epi32 adds as int, which is undefined
+// (UBSan: signed overflow) for the biased VNNI sums below that are meant to wrap; the vector
+// adds here are on unsigned lanes.
+__attribute__((target("avx512f"))) uint32_t reduce_add_wrapping(__m512i v) {
+  __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+  t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(t));
+}
+
 // Note [VNNI int8 dot]. vpdpbusd multiplies unsigned by signed bytes, so a is biased to
 // a + 128 (a XOR 0x80) and the bias taken back once: sum a b = sum (a + 128) b - 128 sum b. The
 // lane sums wrap modulo 2^32, and so does the correction; the true sum fits in int32 (k <
@@ -48,7 +59,7 @@ __attribute__((target("avx512vnni"))) void gemm_i8_vnni(const int8_t* a, const i
     int64_t p = 0;
     for (; p + 64 <= k; p += 64) bs = _mm512_dpbusd_epi32(bs, ones, _mm512_loadu_si512(br + p));
     if (tail) bs = _mm512_dpbusd_epi32(bs, ones, _mm512_maskz_loadu_epi8(tail_mask, br + p));
-    const uint32_t bsum = static_cast<uint32_t>(_mm512_reduce_add_epi32(bs));
+    const uint32_t bsum = reduce_add_wrapping(bs);
     for (int64_t i = 0; i < m; ++i) {
       const int8_t* ar = a + i * k;
       __m512i acc = _mm512_setzero_si512();
@@ -60,7 +71,7 @@ __attribute__((target("avx512vnni"))) void gemm_i8_vnni(const int8_t* a, const i
         const __m512i va = _mm512_xor_si512(_mm512_maskz_loadu_epi8(tail_mask, ar + p), bias);
         acc = _mm512_dpbusd_epi32(acc, va, _mm512_maskz_loadu_epi8(tail_mask, br + p));
       }
-      const uint32_t sum = static_cast<uint32_t>(_mm512_reduce_add_epi32(acc));
+      const uint32_t sum = reduce_add_wrapping(acc);
       c[i * n + j] = static_cast<int32_t>(sum - 128u * bsum);
     }
   }
