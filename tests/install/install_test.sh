@@ -18,8 +18,22 @@ cxx=${CXX:-c++}
 prefix=$work/prefix
 
 san_flags=()
+# python3 (not instrumented) loads sanitized libraries only with the sanitizers' runtimes
+# preloaded; its own leaks are not braid's.
+py_env=()
 if [[ -n ${BRAID_SANITIZE:-} ]]; then
   san_flags=(-fsanitize="$BRAID_SANITIZE" -fno-omit-frame-pointer)
+  preload=()
+  if [[ $BRAID_SANITIZE == *address* ]]; then
+    preload+=("$("${CXX:-c++}" -print-file-name=libasan.so)")
+  fi
+  if [[ $BRAID_SANITIZE == *undefined* ]]; then
+    preload+=("$("${CXX:-c++}" -print-file-name=libubsan.so)")
+  fi
+  if [[ $BRAID_SANITIZE == *thread* ]]; then
+    preload+=("$("${CXX:-c++}" -print-file-name=libtsan.so)")
+  fi
+  py_env=(env "LD_PRELOAD=${preload[*]}" "ASAN_OPTIONS=detect_leaks=0")
 fi
 
 rm -rf "$work"
@@ -92,7 +106,7 @@ if compgen -G "$build/lib/libbraid.so*" >/dev/null; then
     plugin=$libdir/$(basename "$built")
     [[ -e $plugin ]] || { echo "missing: $plugin (the build has $built)" >&2; exit 1; }
     # As the registries load it: libbraid.so first, then the plugin RTLD_NOW.
-    python3 -c 'import ctypes, os, sys
+    "${py_env[@]}" python3 -c 'import ctypes, os, sys
 ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 ctypes.CDLL(sys.argv[2], mode=os.RTLD_NOW)' "$lib" "$plugin" ||
       { echo "FAIL: the installed plugin $plugin does not load" >&2; exit 1; }
