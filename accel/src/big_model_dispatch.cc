@@ -191,7 +191,10 @@ struct Plan {
 Plan collect(nn::Module& model, const DeviceMap& map, bool offload_buffers) {
   Plan plan;
   auto device_of = [&](const std::string& name) { return device_for(map, name); };
-  for (auto& [name, p] : model.named_parameters(/*remove_duplicate=*/false)) {
+  for (auto& named : model.named_parameters(/*remove_duplicate=*/false)) {
+    // Not a structured binding: clang 15 (the fuzz build) cannot capture one in a lambda.
+    auto& name = named.first;
+    auto& p = named.second;
     auto it = std::find_if(plan.slots.begin(), plan.slots.end(),
                            [&](const DispatchSlot& s) { return s.param.is(p); });
     if (it != plan.slots.end()) {

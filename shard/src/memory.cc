@@ -127,7 +127,10 @@ MemoryEstimate estimate_memory(const ModelFactory& build, const ShardingOptions&
           it->peak_bytes = std::max(it->peak_bytes, peak);
         }
       };
-      for (auto& [ids, labels] : batches) {
+      for (auto& batch : batches) {
+        // Not a structured binding: clang 15 (the fuzz build) cannot capture one in a lambda.
+        Tensor& ids = batch.first;
+        Tensor& labels = batch.second;
         auto scope = workload.autocast == DType::kF32 ? amp::AutocastScope::noop()
                                                       : amp::AutocastScope(workload.autocast);
         phase("forward", [&] { ce.forward(sm.forward(ids), labels); });
