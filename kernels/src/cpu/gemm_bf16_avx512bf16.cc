@@ -53,6 +53,17 @@ inline void transpose_words_4x4(const uint16_t* src, int64_t ld, uint16_t* dst, 
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * dst_step), _mm_unpackhi_epi64(t2, t3));
 }
 
+// Two rows of 32 bf16 (r0, r1) interleaved into 32 pairs (r0[j], r1[j]), j in order, stored
+// as 64 bf16 at dst (64-byte aligned): 16-bit unpacks, then the lanes put back in order.
+inline void store_pairs(__m512i r0, __m512i r1, uint16_t* dst) {
+  const __m512i lo = _mm512_unpacklo_epi16(r0, r1);  // per 128-bit lane: j 0-3 | 8-11 ...
+  const __m512i hi = _mm512_unpackhi_epi16(r0, r1);  // j 4-7 | 12-15 ...
+  _mm512_store_si512(dst, _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
+                                                    hi));  // j 0-15
+  _mm512_store_si512(dst + 32, _mm512_permutex2var_epi64(
+                                   lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));  // 16-31
+}
+
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) (kc2 = kc rounded up to even): panel r holds, per
 // k-pair q, kMr rows of two bf16 each.
 void pack_a(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, int64_t kc2,
@@ -120,17 +131,8 @@ void pack_b(const GemmCoreBf16& g, int64_t p0, int64_t kc, int64_t kc2, int64_t 
       const bool odd_tail = 2 * q + 1 >= kc;
       if (!g.trans_b && !odd_tail && cols == kNr) {
         // Interleave two rows of 32 bf16 with 16-bit unpacks.
-        const __m512i r0 = _mm512_loadu_si512(g.b + p * g.ldb + j0 + c);
-        const __m512i r1 = _mm512_loadu_si512(g.b + (p + 1) * g.ldb + j0 + c);
-        const __m512i lo = _mm512_unpacklo_epi16(r0, r1);  // per 128-bit lane: cols 0-3 | 8-11 ...
-        const __m512i hi = _mm512_unpackhi_epi16(r0, r1);
-        // Lanes of lo: pairs of columns {0-3, 8-11, 16-19, 24-27}; of hi: {4-7, 12-15, ...}.
-        const __m512i first = _mm512_permutex2var_epi64(
-            lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);  // columns 0-15
-        const __m512i second = _mm512_permutex2var_epi64(
-            lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);  // columns 16-31
-        _mm512_store_si512(d, first);
-        _mm512_store_si512(d + 32, second);
+        store_pairs(_mm512_loadu_si512(g.b + p * g.ldb + j0 + c),
+                    _mm512_loadu_si512(g.b + (p + 1) * g.ldb + j0 + c), d);
         continue;
       }
       if (g.trans_b && !odd_tail && cols == kNr && (q & 3) == 0 && q + 4 <= kc / 2) {
@@ -313,9 +315,9 @@ void pack_a_rows(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t mcp, int
       std::memset(d + kc, 0, static_cast<size_t>(kcp - kc) * 2);
     }
   } else {
-    // Stored A is [k, m]. Per 32 rows: two k rows of 32 values interleave into 32 pairs (as
-    // pack_b does) in a [pairs][32] staging block, which 4 x 4 word transposes turn into the
-    // rows of dst. The staging block covers all kcp / 2 pairs (zero past kc).
+    // Stored A is [k, m]. Per 32 rows: two k rows of 32 values interleave into 32 pairs
+    // (store_pairs, as pack_b) in a [pairs][32] staging block, which 4 x 4 word transposes turn
+    // into the rows of dst. The staging block covers all kcp / 2 pairs (zero past kc).
     alignas(64) uint16_t stage[(kKc / 2) * 64];
     for (int64_t i = 0; i < mc; i += 32) {
       const int64_t n = mc - i < 32 ? mc - i : 32;
@@ -326,13 +328,7 @@ void pack_a_rows(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t mcp, int
         const __m512i r0 = p < kc ? _mm512_maskz_loadu_epi16(lm, src) : _mm512_setzero_si512();
         const __m512i r1 =
             p + 1 < kc ? _mm512_maskz_loadu_epi16(lm, src + g.lda) : _mm512_setzero_si512();
-        const __m512i lo = _mm512_unpacklo_epi16(r0, r1);
-        const __m512i hi = _mm512_unpackhi_epi16(r0, r1);
-        _mm512_store_si512(stage + q * 64, _mm512_permutex2var_epi64(
-                                               lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi));
-        _mm512_store_si512(
-            stage + q * 64 + 32,
-            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));
+        store_pairs(r0, r1, stage + q * 64);
       }
       // stage[q][r] (words) -> dst[i + r][q]; rows past mc take the zeros of the masked loads.
       const int64_t rows = (i + 32 <= mcp) ? 32 : mcp - i;
