@@ -25,7 +25,9 @@ if [[ $mode == mpirun ]]; then
   status=$?
   echo "$out"
   if [[ $status -eq 77 ]] && grep -q "^SKIP" <<<"$out"; then exit 77; fi  # ctest: skipped
-  lines=$(grep -c "all_reduce over the mpi backend: ok" <<<"$out")
+  # mpirun forwards each rank's output in fragments, so two ranks' lines can share one line
+  # ("...: okrank 1 of 2: ..."): count the occurrences, not the lines.
+  lines=$(grep -o "all_reduce over the mpi backend: ok" <<<"$out" | wc -l)
   if [[ $status -ne 0 || $lines -ne $n ]]; then
     echo "FAIL: mpirun exited with $status and $lines of $n ranks reported ok" >&2
     exit 1

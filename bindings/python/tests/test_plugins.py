@@ -40,4 +40,4 @@ now = mapped()
 assert plugin in now, f"the {backend} group runs but {plugin} is not mapped"
 outside = OUTSIDE.get(backend)
 assert outside is None or any(m.startswith(outside) for m in now), f"{outside} is not mapped"
-print(f"rank {group.rank} of {n}: all_reduce over the {backend} backend: ok")
+print(f"rank {group.rank} of {n}: all_reduce over the {backend} backend: ok", flush=True)
