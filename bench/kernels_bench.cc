@@ -168,6 +168,41 @@ void gemm_bench(benchmark::State& state) {
 BENCHMARK(gemm_bench<DType::kF32>)->Name("sgemm_braid")->Apply(gemm_args);
 BENCHMARK(gemm_bench<DType::kBF16>)->Name("gemm_bf16_braid")->Apply(gemm_args);
 
+// ---- causal attention (cpu.h): forward + backward of one layer ----------------------------
+// The tiny GPT's layer (batch 8, 4 heads) and GPT-2 small's (batch 4, 12 heads), head_dim 64,
+// T = the argument. FLOPS counts the causal products once (forward q k^T and P v; backward
+// dv, dP, dq, dk: 6 T^2 head_dim per head), not the recomputed scores. Compare levels with
+// BRAID_CPU_ISA (amx: the products on AMX tiles; avx512bf16: f32 fma chains).
+template <int64_t kBatch, int64_t kHeads>
+void attention_bench(benchmark::State& state) {
+  const int64_t t = state.range(0), hd = 64;
+  k::AttentionArgs a;
+  a.batch = kBatch;
+  a.seq = t;
+  a.n_head = kHeads;
+  a.head_dim = hd;
+  a.dtype = DType::kBF16;
+  const int64_t n_qkv = kBatch * t * 3 * kHeads * hd, n_out = kBatch * t * kHeads * hd;
+  const auto qkv = buffer(DType::kBF16, n_qkv, 0.01), dout = buffer(DType::kBF16, n_out, 0.5);
+  const auto out = buffer(DType::kBF16, n_out, 0.0), dqkv = buffer(DType::kBF16, n_qkv, 0.0);
+  for (auto _ : state) {
+    k::causal_attention_forward(a, qkv.data(), out.data());
+    k::causal_attention_backward(a, qkv.data(), dout.data(), dqkv.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOPS"] =
+      benchmark::Counter(6.0 * static_cast<double>(kBatch * kHeads * t * t * hd),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(attention_bench<8, 4>)
+    ->Name("attention_bf16_tiny_gpt")
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(attention_bench<4, 12>)
+    ->Name("attention_bf16_gpt2_small")
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond);
+
 #if BRAID_BENCH_OPENBLAS
 void openblas_peer(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));

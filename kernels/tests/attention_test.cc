@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "braid/core/cpu_features.h"
@@ -185,8 +186,9 @@ void expect_close(const std::vector<double>& x, const std::vector<double>& y, do
 struct Shape4 {
   int64_t b, t, nh, hd;
 };
-const Shape4 kShapes[] = {
-    {1, 1, 1, 4}, {2, 5, 2, 4}, {1, 64, 2, 16}, {2, 70, 3, 8}, {1, 130, 2, 64}};
+// head_dim 32 / 64 / 128 with T not a whole number of 32-row blocks also run the amx path.
+const Shape4 kShapes[] = {{1, 1, 1, 4},    {2, 5, 2, 4},   {1, 64, 2, 16}, {2, 70, 3, 8},
+                          {1, 130, 2, 64}, {2, 45, 2, 32}, {1, 33, 1, 128}};
 
 double tol_for(DType dtype) {
   switch (dtype) {
@@ -257,8 +259,9 @@ TEST(AttentionKernel, Bf16IsCloseToF64) {
 }
 
 TEST(AttentionKernel, SameBitsForAnyThreadCount) {
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    AttentionArgs a = make_args(3, 70, 3, 8, dtype, 0.1);
+  for (auto [dtype, hd] :
+       {std::pair{DType::kF32, 8}, std::pair{DType::kBF16, 8}, std::pair{DType::kBF16, 64}}) {
+    AttentionArgs a = make_args(3, 70, 3, hd, dtype, 0.1);
     const auto qkv = encode(random_values(qkv_count(a), 7), dtype);
     const auto g = encode(random_values(out_count(a), 8), dtype);
     const Result one = run_both(a, qkv, g);
@@ -268,6 +271,36 @@ TEST(AttentionKernel, SameBitsForAnyThreadCount) {
       set_num_threads(1);
       EXPECT_EQ(r.out, one.out) << threads << " threads";
       EXPECT_EQ(r.dqkv, one.dqkv) << threads << " threads";
+    }
+  }
+}
+
+// The amx level multiplies bf16 heads of head_dim % 32 == 0 on AMX tiles, which sum in
+// another order than the f32 fma chains of the other levels: some bit of the gradient differs
+// from the avx512bf16 level's (so the amx path ran; the forward's bf16 outputs may well all
+// round alike), the results stay within the level tolerance of
+// the reference (EverySimdLevelMatchesTheReference), and a head_dim the tiles do not take
+// gives the avx512bf16 level's bits exactly.
+TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX";
+  for (int64_t hd : {64, 8}) {
+    const AttentionArgs a = make_args(2, 130, 2, hd, DType::kBF16, 0.1);
+    const auto qkv = encode(random_values(qkv_count(a), 11), DType::kBF16);
+    const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
+    Result fma, amx;
+    {
+      ScopedCpuIsa level(CpuIsa::kAvx512Bf16);
+      fma = run_both(a, qkv, g);
+    }
+    {
+      ScopedCpuIsa level(CpuIsa::kAmx);
+      amx = run_both(a, qkv, g);
+    }
+    if (hd == 64) {
+      EXPECT_NE(amx.dqkv, fma.dqkv);
+    } else {
+      EXPECT_EQ(amx.out, fma.out);
+      EXPECT_EQ(amx.dqkv, fma.dqkv);
     }
   }
 }

@@ -15,7 +15,9 @@
 // 4 heads; 400 MB for GPT-2 small at T 1024).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "attention_impl.h"
@@ -192,6 +194,137 @@ void backward_head_blocked(const RowParams<Acc>& rp, HeadIndex hi, Workspace<Acc
   }
 }
 
+// ---- the amx path (bf16, head_dim a multiple of 32, the kAmx level) ------------------------
+//
+// The blocked path's loop with its products on AMX tiles (AttnAmxMatmul, attention_impl.h).
+// Every operand of attention's products is a bf16 value (q, k, v, dout as stored; P' and dS
+// rounded by the row code), so the tiles multiply exactly what the f32 path multiplies and
+// only the summation order differs (docs/reductions-and-gemm.md, "Attention on AMX tiles").
+// Sizes are padded with zeros to whole 32s: tp = T rounded up, np = a block's key count
+// rounded up. The head's operands are copied once per head as bf16 bits, in the layouts the
+// tiles read (row-major A; B in k-pairs):
+//   S = q_blk k^T           A qa [tp][hd]          B kbt: pairs of k's columns [hd/2][tp][2]
+//   out = P' v              A pa [32][np]          B vb: pairs of v's rows [tp/2][hd][2]
+//   dv^T += dout_blk^T P'   A dt: dout^T [hd][tp]  B pp: pairs of P' rows [16][np][2]
+//   dP' = dout_blk v^T      A da [tp][hd]          B vbt [hd/2][tp][2]
+//   dq = dS k               A pa (dS)              B kb [tp/2][hd][2]
+//   dk^T += q_blk^T dS      A qt: q^T [hd][tp]     B pp (dS)
+// dv and dk are accumulated transposed (so that the block's operand is a row pair layout, not
+// a transpose) and stored transposed back at the end.
+
+constexpr int64_t kAmxTile = 32;
+
+int64_t round_up32(int64_t v) {
+  return (v + kAmxTile - 1) / kAmxTile * kAmxTile;
+}
+
+struct AmxWorkspace {
+  std::vector<uint16_t> qa, kbt, vb, qt, kb, vbt, da, dt, rows;  // per head
+  std::vector<uint16_t> pa, pp;                                  // per block
+  std::vector<float> s, p32, pd, dp;                             // [32][np]
+  std::vector<float> out, dq, dkt, dvt;                          // [tp][hd] / [hd][tp]
+  void resize(int64_t tp, int64_t hd, bool backward) {
+    const auto th = static_cast<size_t>(tp * hd), rt = static_cast<size_t>(kAmxTile * tp);
+    for (auto* b : {&qa, &kbt, &vb, &rows}) b->resize(th);
+    for (auto* b : {&s, &p32, &pd}) b->resize(rt);
+    pa.resize(rt);
+    out.resize(th);
+    if (!backward) return;
+    for (auto* b : {&qt, &kb, &vbt, &da, &dt}) b->resize(th);
+    pp.resize(rt);
+    dp.resize(rt);
+    for (auto* b : {&dq, &dkt, &dvt}) b->assign(th, 0.0f);
+  }
+};
+
+// dst [tp][hd] = rows [0, t) of src (row stride ld), zero rows after.
+void amx_rows(const uint16_t* src, int64_t ld, int64_t t, int64_t tp, int64_t hd, uint16_t* dst) {
+  for (int64_t r = 0; r < t; ++r) std::memcpy(dst + r * hd, src + r * ld, sizeof(uint16_t) * hd);
+  std::memset(dst + t * hd, 0, sizeof(uint16_t) * (tp - t) * hd);
+}
+
+// dst [hd][tp] = src [tp][hd] transposed (16-bit words): its row pairs (a word holds two rows'
+// elements) transposed as 32-bit words. scratch: tp * hd.
+void amx_transpose(const uint16_t* src, int64_t tp, int64_t hd, uint16_t* scratch, uint16_t* dst) {
+  avx512bf16::attn_row_pairs(src, tp, hd, scratch);
+  avx512bf16::attn_transpose32(reinterpret_cast<const uint32_t*>(scratch), tp / 2, hd, hd,
+                               reinterpret_cast<uint32_t*>(dst), tp / 2);
+}
+
+// Pairs of columns: dst [hd/2][tp][2] from src [tp][hd], i.e. src as [tp][hd/2] 32-bit words
+// transposed.
+void amx_column_pairs(const uint16_t* src, int64_t tp, int64_t hd, uint16_t* dst) {
+  avx512bf16::attn_transpose32(reinterpret_cast<const uint32_t*>(src), tp, hd / 2, hd / 2,
+                               reinterpret_cast<uint32_t*>(dst), tp);
+}
+
+void amx_mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+            int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  avx512bf16::attn_matmul_amx(AttnAmxMatmul{m, n, k, a, lda, b, ldb, c, ldc, accumulate});
+}
+
+// Scores and probabilities of the block's rows (rows <= 32, keys [0, n), row stride np).
+void amx_block_probs(const RowParams<float>& rp, HeadIndex hi, AmxWorkspace& ws, int64_t hd,
+                     int64_t tp, int64_t i0, int64_t rows, int64_t n, int64_t np) {
+  amx_mm(kAmxTile, np, hd, ws.qa.data() + i0 * hd, hd, ws.kbt.data(), 2 * tp, ws.s.data(), np,
+         false);
+  for (int64_t r = 0; r < rows; ++r) {
+    forward_row<bfloat16>(rp, hi.b, hi.h, i0 + r, i0 + r + 1, n, ws.s.data() + r * np,
+                          ws.p32.data() + r * np, ws.pd.data() + r * np);
+  }
+}
+
+// A = the block's rows of x [32][np] as bf16 bits (pa) and their row pairs (pp; backward).
+void amx_block_operands(AmxWorkspace& ws, const float* x, int64_t rows, int64_t n, int64_t np,
+                        bool pairs) {
+  for (int64_t r = 0; r < kAmxTile; ++r) {
+    avx512bf16::attn_bf16_bits(x + r * np, r < rows ? n : 0, np, ws.pa.data() + r * np);
+  }
+  if (!pairs) return;
+  for (int64_t q = 0; q < kAmxTile / 2; ++q) {
+    const int64_t r = 2 * q;
+    avx512bf16::attn_bf16_pairs(r < rows ? x + r * np : nullptr,
+                                r + 1 < rows ? x + (r + 1) * np : nullptr, n, np,
+                                ws.pp.data() + q * 2 * np);
+  }
+}
+
+void forward_head_amx(const RowParams<float>& rp, HeadIndex hi, AmxWorkspace& ws, int64_t t_len,
+                      int64_t hd) {
+  const int64_t tp = round_up32(t_len);
+  for (int64_t i0 = 0; i0 < t_len; i0 += kAmxTile) {
+    const int64_t rows = std::min(kAmxTile, t_len - i0), n = i0 + rows, np = round_up32(n);
+    amx_block_probs(rp, hi, ws, hd, tp, i0, rows, n, np);
+    amx_block_operands(ws, ws.pd.data(), rows, n, np, false);
+    amx_mm(kAmxTile, hd, np, ws.pa.data(), np, ws.vb.data(), 2 * hd, ws.out.data() + i0 * hd, hd,
+           false);
+  }
+}
+
+void backward_head_amx(const RowParams<float>& rp, HeadIndex hi, AmxWorkspace& ws, int64_t t_len,
+                       int64_t hd) {
+  const int64_t tp = round_up32(t_len);
+  for (int64_t i0 = 0; i0 < t_len; i0 += kAmxTile) {
+    const int64_t rows = std::min(kAmxTile, t_len - i0), n = i0 + rows, np = round_up32(n);
+    // Note [Attention recompute]: the forward's exact calls.
+    amx_block_probs(rp, hi, ws, hd, tp, i0, rows, n, np);
+    amx_block_operands(ws, ws.pd.data(), rows, n, np, true);
+    // dv^T[:, 0:np] += dout_blk^T P';  dP' = dout_blk v^T.
+    amx_mm(hd, np, kAmxTile, ws.dt.data() + i0, tp, ws.pp.data(), 2 * np, ws.dvt.data(), tp, true);
+    amx_mm(kAmxTile, np, hd, ws.da.data() + i0 * hd, hd, ws.vbt.data(), 2 * tp, ws.dp.data(), np,
+           false);
+    for (int64_t r = 0; r < rows; ++r) {
+      backward_row<bfloat16>(rp, hi.b, hi.h, i0 + r, i0 + r + 1, n, ws.p32.data() + r * np,
+                             ws.dp.data() + r * np);
+    }
+    // dq_blk = dS k;  dk^T[:, 0:np] += q_blk^T dS.
+    amx_block_operands(ws, ws.dp.data(), rows, n, np, true);
+    amx_mm(kAmxTile, hd, np, ws.pa.data(), np, ws.kb.data(), 2 * hd, ws.dq.data() + i0 * hd, hd,
+           false);
+    amx_mm(hd, np, kAmxTile, ws.qt.data() + i0, tp, ws.pp.data(), 2 * np, ws.dkt.data(), tp, true);
+  }
+}
+
 // ---- per-head loads and stores -------------------------------------------------------------
 
 // f16 / bf16 tiles convert a row at a time through the level's cast kernels (cast_kernels.h:
@@ -309,6 +442,48 @@ void run_head(const Job<T>& job, int64_t bh, bool reference) {
   store_tile(ws.dv.data(), t_len, hd, dbase + 2 * c, 3 * c);
 }
 
+// Head bh on the amx path (bf16, head_dim % 32 == 0): the operands copied as bf16 bits into
+// the tiles' layouts, the products on tiles, the results stored as the blocked path stores
+// them.
+void run_head_amx(const Job<bfloat16>& job, int64_t bh) {
+  const AttentionArgs& a = *job.args;
+  const int64_t t_len = a.seq, hd = a.head_dim, c = a.n_head * hd, tp = round_up32(t_len);
+  RowParams<float> rp = make_row_params<bfloat16, float>(a);
+  rp.dot = avx512bf16::attn_dot;
+  thread_local AmxWorkspace ws;
+  ws.resize(tp, hd, job.backward);
+  const HeadIndex hi{bh / a.n_head, bh % a.n_head};
+  const auto* base = reinterpret_cast<const uint16_t*>(job.qkv) + hi.b * t_len * 3 * c + hi.h * hd;
+  amx_rows(base, 3 * c, t_len, tp, hd, ws.qa.data());
+  amx_rows(base + c, 3 * c, t_len, tp, hd, ws.rows.data());  // k
+  amx_column_pairs(ws.rows.data(), tp, hd, ws.kbt.data());
+  if (job.backward) avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.kb.data());
+  amx_rows(base + 2 * c, 3 * c, t_len, tp, hd, ws.rows.data());  // v
+  avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.vb.data());
+  if (!job.backward) {
+    avx512bf16::attn_amx_begin();
+    forward_head_amx(rp, hi, ws, t_len, hd);
+    avx512bf16::attn_amx_end();
+    store_tile(ws.out.data(), t_len, hd, job.out + hi.b * t_len * c + hi.h * hd, c);
+    return;
+  }
+  amx_column_pairs(ws.rows.data(), tp, hd, ws.vbt.data());
+  amx_transpose(ws.qa.data(), tp, hd, ws.rows.data(), ws.qt.data());
+  amx_rows(reinterpret_cast<const uint16_t*>(job.dout) + hi.b * t_len * c + hi.h * hd, c, t_len, tp,
+           hd, ws.da.data());
+  amx_transpose(ws.da.data(), tp, hd, ws.rows.data(), ws.dt.data());
+  avx512bf16::attn_amx_begin();
+  backward_head_amx(rp, hi, ws, t_len, hd);
+  avx512bf16::attn_amx_end();
+  bfloat16* dbase = job.out + hi.b * t_len * 3 * c + hi.h * hd;
+  store_tile(ws.dq.data(), t_len, hd, dbase, 3 * c);
+  for (auto [acc, offset] : {std::pair{&ws.dkt, c}, std::pair{&ws.dvt, 2 * c}}) {
+    avx512bf16::attn_transpose32(reinterpret_cast<const uint32_t*>(acc->data()), hd, tp, tp,
+                                 reinterpret_cast<uint32_t*>(ws.out.data()), hd);
+    store_tile(ws.out.data(), t_len, hd, dbase + offset, 3 * c);
+  }
+}
+
 // The heads go to braid's intra-op threads (core/thread_pool.h), each at the caller's SIMD
 // level. A head is computed by the same code on whichever thread takes it, so the bits do not
 // depend on the thread count.
@@ -317,6 +492,15 @@ void run(const Job<T>& job) {
   const AttentionArgs& a = *job.args;
   const CpuIsa isa = cpu_dispatch_isa();
   const bool reference = isa == CpuIsa::kScalar;
+  if constexpr (std::is_same_v<T, bfloat16>) {
+    if (isa == CpuIsa::kAmx && a.head_dim % kAmxTile == 0) {
+      parallel_for(a.batch * a.n_head, [&](int64_t bh) {
+        ScopedCpuIsa level(isa);
+        run_head_amx(job, bh);
+      });
+      return;
+    }
+  }
   parallel_for(a.batch * a.n_head, [&](int64_t bh) {
     ScopedCpuIsa level(isa);
     run_head(job, bh, reference);

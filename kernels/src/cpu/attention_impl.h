@@ -38,6 +38,47 @@ struct AttnRowsBf16 {
   void (*grad)(const float* p, float* dp, int64_t len, float dot, float recip);
 };
 
+// The amx level's bf16 products (attention_avx512bf16.cc, docs/reductions-and-gemm.md
+// "Attention on AMX tiles"): C[m, n] (+)= A B with A row-major bf16 bits (row stride lda
+// elements) and B in the k-pair layout (bf16_tiles.h: pair row q holds (b[2q, j], b[2q + 1, j])
+// for j in order; pair-row stride ldb elements), C f32 row-major. m, n and k are multiples of
+// 32 (the caller pads with zeros). Each C element adds its k terms 32 at a time in order
+// (TDPBF16PS), so the bits depend on the inputs only. Between attn_amx_begin() and
+// attn_amx_end() on one thread (the tile configuration is per thread).
+struct AttnAmxMatmul {
+  int64_t m, n, k;
+  const uint16_t* a;
+  int64_t lda;
+  const uint16_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+  bool accumulate;
+};
+
+namespace avx512bf16 {
+void attn_amx_begin();
+void attn_amx_end();
+void attn_matmul_amx(const AttnAmxMatmul& g);
+// dst[0, n) = the bf16 bits of src[0, n) (values already rounded to bf16: exact), then
+// zeros up to n_pad.
+void attn_bf16_bits(const float* src, int64_t n, int64_t n_pad, uint16_t* dst);
+// The pair row of two f32 rows already rounded to bf16: dst[2 j] = r0[j], dst[2 j + 1] = r1[j]
+// for j < n (r1 null: zeros), zeros for j in [n, n_pad); n_pad a multiple of 32.
+void attn_bf16_pairs(const float* r0, const float* r1, int64_t n, int64_t n_pad, uint16_t* dst);
+// dst [cols][rows] (row stride ldd) = src [rows][cols] (row stride lds) transposed, 32-bit
+// words; rows and cols multiples of 16.
+void attn_transpose32(const uint32_t* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* dst,
+                      int64_t ldd);
+// Row pairs: dst [rows/2][cols][2] from src [rows][cols] (dense, 16-bit); rows even, cols a
+// multiple of 32.
+void attn_row_pairs(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst);
+// sum_j a[j] b[j] in 16 lanes (lane j % 16: products added in j order, one rounding each),
+// then the lanes folded by halves (lane i + lane i + 8, ...): the amx path's softmax-gradient
+// sum, in one fixed order.
+float attn_dot(const float* a, const float* b, int64_t len);
+}  // namespace avx512bf16
+
 namespace scalar {
 void attn_matmul(const AttnMatmul& g);
 extern const AttnRowsBf16 kAttnRowsBf16;

@@ -76,7 +76,19 @@ struct RowParams {
   double p;        // compared in double, as nn::Dropout does
   Acc keep_scale;  // 1 / (1 - p)
   uint64_t seed, offset;
+  // The softmax gradient's sum_j dP_j P_j: null, in index order (every level but amx); the amx
+  // path sets its vector order (attn_dot, attention_impl.h), as its products already sum in
+  // their own order.
+  Acc (*dot)(const Acc* a, const Acc* b, int64_t len) = nullptr;
 };
+
+template <typename Acc>
+Acc row_dot(const RowParams<Acc>& rp, const Acc* dp, const Acc* p, int64_t len) {
+  if (rp.dot != nullptr) return rp.dot(dp, p, len);
+  Acc dot = 0;
+  for (int64_t j = 0; j < len; ++j) dot += dp[j] * p[j];  // in index order
+  return dot;
+}
 
 template <typename T, typename Acc>
 RowParams<Acc> make_row_params(const AttentionArgs& a) {
@@ -174,17 +186,14 @@ void backward_row(const RowParams<Acc>& rp, int64_t b, int64_t h, int64_t i, int
       const AttnRowsBf16& ops = *kAttnRowOps.get();
       ops.round(dp, dp, len);
       if (rp.dropout) apply_dropout<T>(rp, b, h, i, len, dp);
-      Acc dot = 0;
-      for (int64_t j = 0; j < len; ++j) dot += dp[j] * p32[j];  // in index order
-      ops.grad(p32, dp, len, dot, rp.recip);
+      ops.grad(p32, dp, len, row_dot(rp, dp, p32, len), rp.recip);
       for (int64_t j = len; j < n; ++j) dp[j] = Acc(0);
       return;
     }
   }
   for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(dp[j]);
   if (rp.dropout) apply_dropout<T>(rp, b, h, i, len, dp);
-  Acc dot = 0;
-  for (int64_t j = 0; j < len; ++j) dot += dp[j] * p32[j];
+  const Acc dot = row_dot(rp, dp, p32, len);
   if (rp.recip_exact) {
     for (int64_t j = 0; j < len; ++j) dp[j] = rnd<T>(rnd<T>(p32[j] * (dp[j] - dot)) * rp.recip);
   } else {

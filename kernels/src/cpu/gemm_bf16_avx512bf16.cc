@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bf16_tiles.h"
 #include "elementwise_simd.h"
 #include "elementwise_vec_avx512.h"
 #include "gemm_impl.h"
@@ -51,17 +52,6 @@ inline void transpose_words_4x4(const uint16_t* src, int64_t ld, uint16_t* dst, 
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + dst_step), _mm_unpackhi_epi64(t0, t1));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * dst_step), _mm_unpacklo_epi64(t2, t3));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * dst_step), _mm_unpackhi_epi64(t2, t3));
-}
-
-// Two rows of 32 bf16 (r0, r1) interleaved into 32 pairs (r0[j], r1[j]), j in order, stored
-// as 64 bf16 at dst (64-byte aligned): 16-bit unpacks, then the lanes put back in order.
-inline void store_pairs(__m512i r0, __m512i r1, uint16_t* dst) {
-  const __m512i lo = _mm512_unpacklo_epi16(r0, r1);  // per 128-bit lane: j 0-3 | 8-11 ...
-  const __m512i hi = _mm512_unpackhi_epi16(r0, r1);  // j 4-7 | 12-15 ...
-  _mm512_store_si512(dst, _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0),
-                                                    hi));  // j 0-15
-  _mm512_store_si512(dst + 32, _mm512_permutex2var_epi64(
-                                   lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));  // 16-31
 }
 
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) (kc2 = kc rounded up to even): panel r holds, per
@@ -258,50 +248,19 @@ void bf16gemm_packed(const GemmCoreBf16& g) {
 
 // ---- AMX (the kAmx level) ----------------------------------------------------------------
 //
-// The same loop nest with the products on AMX tiles: TDPBF16PS multiplies a 16 x 32 bf16 A
-// tile by a 16-pair x 16-column B tile and adds both products of every pair into a 16 x 16
-// f32 C tile (Intel's pseudocode: pair element 0 then 1, round to nearest even, denormal
-// inputs and outputs flushed to zero). A C block is 2 x 2 tiles (32 x 32), its k run in tiles
-// of 32 in order, so every C element adds its k terms in a fixed order that does not depend on
-// the thread count or the run. B is pack_b's layout (one pair row per 128 bytes: a tile of 16
-// columns is loaded with a 128-byte stride); A is packed row-major with k padded to whole
-// tiles. The block's tiles go through a 4 KB buffer into C by the epilogues the vdpbf16ps
-// kernel uses (TileStore, TileStoreBf16).
+// The same loop nest with the products on AMX tiles (bf16_tiles.h: amx_block). A C block is
+// 2 x 2 tiles (32 x 32), its k run in tiles of 32 in order, so every C element adds its k
+// terms in a fixed order that does not depend on the thread count or the run. B is pack_b's layout
+// (one pair row per 128 bytes: a tile of 16 columns is loaded with a 128-byte stride); A is packed
+// row-major with k padded to whole tiles. The block's tiles go through a 4 KB buffer into C by the
+// epilogues the vdpbf16ps kernel uses (TileStore, TileStoreBf16).
 namespace {
 
-constexpr int64_t kAmxK = 32;      // bf16 per A tile row: 16 pairs
-constexpr int64_t kAmxBlock = 32;  // C block: 2 x 2 tiles of 16 x 16
 constexpr int64_t kAmxMc = 128;
 static_assert(kKc % kAmxK == 0 && kNr == kAmxBlock);
 
 int64_t round_up(int64_t v, int64_t to) {
   return (v + to - 1) / to * to;
-}
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Tiles 0-3: C (16 rows x 16 f32); 4, 5: A (16 rows x 32 bf16); 6, 7: B (16 pairs x 16
-// columns x 2 bf16). Every tile is 16 rows of 64 bytes.
-[[gnu::target("amx-tile")]] void amx_configure() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC 12's ldtilecfg builtin does not tell the optimizer that it reads the 64 bytes, which
-  // then drops the stores above (seen: a config of zero rows, and SIGILL at the first tile
-  // instruction). The empty asm makes them visible.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
-
-[[gnu::target("amx-tile")]] void amx_release() {
-  _tile_release();
 }
 
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) into dst row-major (row stride kcp, a multiple of
@@ -341,43 +300,6 @@ void pack_a_rows(const GemmCoreBf16& g, int64_t i0, int64_t mc, int64_t mcp, int
     return;  // rows mc .. mcp were written by the transposes
   }
   for (int64_t i = mc; i < mcp; ++i) std::memset(dst + i * kcp, 0, static_cast<size_t>(kcp) * 2);
-}
-
-// A 32 x 32 C block on tiles 0-3 over ktiles k tiles of A (row stride a_ld elements) and the
-// B panel at b. kLoad: the tiles start from c (row stride c_ld floats) instead of zero; the
-// result is stored to c either way.
-template <bool kLoad>
-[[gnu::target("amx-tile,amx-bf16")]] void amx_block(int64_t ktiles, const uint16_t* a, int64_t a_ld,
-                                                    const uint16_t* b, float* c, int64_t c_ld) {
-  const int64_t c_stride = c_ld * 4;  // bytes
-  if constexpr (kLoad) {
-    _tile_loadd(0, c, c_stride);
-    _tile_loadd(1, c + 16, c_stride);
-    _tile_loadd(2, c + 16 * c_ld, c_stride);
-    _tile_loadd(3, c + 16 * c_ld + 16, c_stride);
-  } else {
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-  }
-  const int64_t a_stride = a_ld * 2, b_stride = 2 * kNr * 2;  // bytes
-  for (int64_t t = 0; t < ktiles; ++t) {
-    const uint16_t* at = a + t * kAmxK;
-    const uint16_t* bt = b + t * (kAmxK / 2) * 2 * kNr;
-    _tile_loadd(4, at, a_stride);
-    _tile_loadd(5, at + 16 * a_ld, a_stride);
-    _tile_loadd(6, bt, b_stride);
-    _tile_loadd(7, bt + 32, b_stride);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, c_stride);
-  _tile_stored(1, c + 16, c_stride);
-  _tile_stored(2, c + 16 * c_ld, c_stride);
-  _tile_stored(3, c + 16 * c_ld + 16, c_stride);
 }
 
 }  // namespace
@@ -421,13 +343,13 @@ void bf16gemm_amx(const GemmCoreBf16& g) {
             const uint16_t* arows = ablock + ir * a_ld;
             if (c_direct_ok && rows == kAmxBlock && cols == kNr) {
               if (load_c) {
-                amx_block<true>(kcp / kAmxK, arows, a_ld, bpanel, g.c + at, g.ldc);
+                amx_block<true>(kcp / kAmxK, arows, a_ld, bpanel, 2 * kNr, g.c + at, g.ldc);
               } else {
-                amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, g.c + at, g.ldc);
+                amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, 2 * kNr, g.c + at, g.ldc);
               }
               continue;
             }
-            amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, buf, kAmxBlock);
+            amx_block<false>(kcp / kAmxK, arows, a_ld, bpanel, 2 * kNr, buf, kAmxBlock);
             if (g.c16 != nullptr) {
               const TileStoreBf16 st(cols, g.alpha, g.beta);
               for (int64_t r = 0; r < rows; ++r) {

@@ -34,6 +34,12 @@ struct OpsF {
     }
   }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  // p[0, n) (n < W) and `fill` in the other lanes, without reading past p + n.
+  static V load_tail(const float* p, int64_t n, float fill) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                                         _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+  }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }

@@ -29,6 +29,10 @@ struct OpsF {
     }
   }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  // p[0, n) (n < W) and `fill` in the other lanes, without reading past p + n.
+  static V load_tail(const float* p, int64_t n, float fill) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), static_cast<__mmask16>((1u << n) - 1), p);
+  }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }

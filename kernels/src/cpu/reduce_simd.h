@@ -202,15 +202,16 @@ inline typename Ops::V vexp(typename Ops::V x) {
 // ---- softmax -------------------------------------------------------------------------------
 
 // Softmax of one f32 row: max (NaN wins), then sum of exp(x - max), then scale (or, for
-// log-softmax, x - max - log(sum)). A partial last block is padded with -Inf, whose exp is 0.
+// log-softmax, x - max - log(sum)). A partial last block is padded with -Inf, whose exp is 0
+// (a masked load: a padded copy on the stack read back as a vector costs a store-forwarding
+// stall, and attention's causal rows, of every length, almost always have one).
 template <typename Ops>
 void softmax_row_simd(const float* x, float* out, int64_t len, bool log) {
   using V = typename Ops::V;
   constexpr int W = Ops::W;
   const int64_t full = len / W * W;
   const int64_t rest = len - full;
-  float block[W];
-  if (rest > 0) pad_block<AccOp::kMax>(x + full, rest, block);
+  const V tail = rest > 0 ? Ops::load_tail(x + full, rest, -INFINITY) : Ops::set1(-INFINITY);
 
   // Four independent maxima: one would wait on the compare-blend latency every vector.
   V mx[4] = {Ops::set1(-INFINITY), Ops::set1(-INFINITY), Ops::set1(-INFINITY),
@@ -221,7 +222,7 @@ void softmax_row_simd(const float* x, float* out, int64_t len, bool log) {
   }
   V vmax = Ops::max_nan(Ops::max_nan(mx[0], mx[1]), Ops::max_nan(mx[2], mx[3]));
   for (int64_t k = k0; k < full; k += W) vmax = Ops::max_nan(vmax, Ops::load(x + k));
-  if (rest > 0) vmax = Ops::max_nan(vmax, Ops::load(block));
+  if (rest > 0) vmax = Ops::max_nan(vmax, tail);
   float lanes[W];
   Ops::store(lanes, vmax);
   const float m = fold_lanes<AccOp::kMax>(lanes, W);
@@ -235,7 +236,7 @@ void softmax_row_simd(const float* x, float* out, int64_t len, bool log) {
   }
   V etail = Ops::set1(0.0f);
   if (rest > 0) {
-    etail = vexp<Ops>(Ops::sub(Ops::load(block), vm));
+    etail = vexp<Ops>(Ops::sub(tail, vm));
     vsum = Ops::add(vsum, etail);
   }
   Ops::store(lanes, vsum);
@@ -248,7 +249,7 @@ void softmax_row_simd(const float* x, float* out, int64_t len, bool log) {
       Ops::store(out + k, Ops::sub(Ops::sub(Ops::load(x + k), vm), vlog));
     }
     if (rest > 0) {
-      Ops::store(lanes, Ops::sub(Ops::sub(Ops::load(block), vm), vlog));
+      Ops::store(lanes, Ops::sub(Ops::sub(tail, vm), vlog));
       std::memcpy(out + full, lanes, static_cast<size_t>(rest) * sizeof(float));
     }
     return;

@@ -211,7 +211,9 @@ void cross_entropy_backward(DType logits_dtype, int64_t rows, int64_t classes, c
 // core/thread_pool.h); each pair is computed by the same code on whichever thread takes it,
 // so the bits do not depend on the thread count. The scalar level (CpuIsa::kScalar) is the
 // reference: plain loops over whole rows; the SIMD levels run the blocked path (row blocks of
-// the triangle through a register-blocked f32 micro-kernel; gemm() for f64).
+// the triangle through a register-blocked f32 micro-kernel; gemm() for f64); at the amx level
+// bf16 with head_dim % 32 == 0 multiplies the same blocks on AMX tiles (another summation
+// order; docs/reductions-and-gemm.md, "Attention on AMX tiles").
 // out[B, T, C] from qkv[B, T, 3C].
 void causal_attention_forward(const AttentionArgs& args, const void* qkv, void* out);
 // dqkv[B, T, 3C] (overwritten) from qkv and dout[B, T, C].

@@ -1,0 +1,143 @@
+// The amx level's pieces of the causal attention (attention_impl.h, AttnAmxMatmul): bf16
+// products on AMX tiles and the conversions of rounded f32 rows to bf16 operands. The per-head
+// loop that uses them is attention.cc's (the amx path).
+#include <cstdint>
+#include <cstring>
+
+#include "attention_impl.h"
+#include "bf16_tiles.h"
+
+namespace braid::kernels::cpu::avx512bf16 {
+
+void attn_amx_begin() {
+  amx_configure();
+}
+
+void attn_amx_end() {
+  amx_release();
+}
+
+void attn_matmul_amx(const AttnAmxMatmul& g) {
+  const int64_t ktiles = g.k / kAmxK;
+  for (int64_t i = 0; i < g.m; i += kAmxBlock) {
+    for (int64_t j = 0; j < g.n; j += kAmxBlock) {
+      const uint16_t* a = g.a + i * g.lda;
+      const uint16_t* b = g.b + 2 * j;  // the block's 32 columns of every pair row
+      float* c = g.c + i * g.ldc + j;
+      if (g.accumulate) {
+        amx_block<true>(ktiles, a, g.lda, b, g.ldb, c, g.ldc);
+      } else {
+        amx_block<false>(ktiles, a, g.lda, b, g.ldb, c, g.ldc);
+      }
+    }
+  }
+}
+
+namespace {
+
+// 16 f32 that hold bf16 values, as their 16 bf16 bits (the high halves).
+inline __m256i high_halves(__m512 v) {
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16));
+}
+
+inline __m512 load_or_zero(const float* p, int64_t j, int64_t n) {
+  if (p == nullptr || j >= n) return _mm512_setzero_ps();
+  if (j + 16 <= n) return _mm512_loadu_ps(p + j);
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (n - j)) - 1), p + j);
+}
+
+// 32 bf16 (as one ZMM of words) from src[j, j + 32), zeros past n.
+inline __m512i words32(const float* src, int64_t j, int64_t n) {
+  const __m256i lo = high_halves(load_or_zero(src, j, n));
+  const __m256i hi = high_halves(load_or_zero(src, j + 16, n));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+}  // namespace
+
+void attn_bf16_bits(const float* src, int64_t n, int64_t n_pad, uint16_t* dst) {
+  int64_t j = 0;
+  for (; j + 32 <= n_pad; j += 32) _mm512_storeu_si512(dst + j, words32(src, j, n));
+  for (; j < n_pad; ++j) {
+    uint32_t u = 0;
+    if (j < n) std::memcpy(&u, src + j, 4);
+    dst[j] = static_cast<uint16_t>(u >> 16);
+  }
+}
+
+void attn_bf16_pairs(const float* r0, const float* r1, int64_t n, int64_t n_pad, uint16_t* dst) {
+  for (int64_t j = 0; j < n_pad; j += 32) {
+    store_pairs(words32(r0, j, n), words32(r1, j, n), dst + 2 * j);
+  }
+}
+
+namespace {
+
+// A 16 x 16 block of 32-bit words transposed: unpacks of 32 and 64 bits leave, in 128-bit lane
+// L of r[4 i + k], column 4 L + k of rows 4 i .. 4 i + 3; two rounds of lane shuffles gather
+// each column's four lanes.
+inline void transpose_block16(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
+    const __m512i x1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xDD);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xDD);
+    _mm512_storeu_si512(dst + k * ldd, _mm512_shuffle_i32x4(x0, y0, 0x88));
+    _mm512_storeu_si512(dst + (4 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0x88));
+    _mm512_storeu_si512(dst + (8 + k) * ldd, _mm512_shuffle_i32x4(x0, y0, 0xDD));
+    _mm512_storeu_si512(dst + (12 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0xDD));
+  }
+}
+
+}  // namespace
+
+void attn_transpose32(const uint32_t* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* dst,
+                      int64_t ldd) {
+  for (int64_t i = 0; i < rows; i += 16) {
+    for (int64_t j = 0; j < cols; j += 16) {
+      transpose_block16(src + i * lds + j, lds, dst + j * ldd + i, ldd);
+    }
+  }
+}
+
+void attn_row_pairs(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst) {
+  for (int64_t q = 0; q < rows / 2; ++q) {
+    const uint16_t* r0 = src + 2 * q * cols;
+    const uint16_t* r1 = r0 + cols;
+    for (int64_t c = 0; c < cols; c += 32) {
+      store_pairs(_mm512_loadu_si512(r0 + c), _mm512_loadu_si512(r1 + c),
+                  dst + q * 2 * cols + 2 * c);
+    }
+  }
+}
+
+float attn_dot(const float* a, const float* b, int64_t len) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= len; j += 16) {
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(a + j), _mm512_loadu_ps(b + j)));
+  }
+  if (j < len) {
+    const auto m = static_cast<__mmask16>((1u << (len - j)) - 1);
+    acc = _mm512_add_ps(
+        acc, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, b + j)));
+  }
+  const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+}  // namespace braid::kernels::cpu::avx512bf16
