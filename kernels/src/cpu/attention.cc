@@ -237,12 +237,6 @@ struct AmxWorkspace {
   }
 };
 
-// dst [tp][hd] = rows [0, t) of src (row stride ld), zero rows after.
-void amx_rows(const uint16_t* src, int64_t ld, int64_t t, int64_t tp, int64_t hd, uint16_t* dst) {
-  for (int64_t r = 0; r < t; ++r) std::memcpy(dst + r * hd, src + r * ld, sizeof(uint16_t) * hd);
-  std::memset(dst + t * hd, 0, sizeof(uint16_t) * (tp - t) * hd);
-}
-
 // dst [hd][tp] = src [tp][hd] transposed (16-bit words): its row pairs (a word holds two rows'
 // elements) transposed as 32-bit words. scratch: tp * hd.
 void amx_transpose(const uint16_t* src, int64_t tp, int64_t hd, uint16_t* scratch, uint16_t* dst) {
@@ -454,11 +448,11 @@ void run_head_amx(const Job<bfloat16>& job, int64_t bh) {
   ws.resize(tp, hd, job.backward);
   const HeadIndex hi{bh / a.n_head, bh % a.n_head};
   const auto* base = reinterpret_cast<const uint16_t*>(job.qkv) + hi.b * t_len * 3 * c + hi.h * hd;
-  amx_rows(base, 3 * c, t_len, tp, hd, ws.qa.data());
-  amx_rows(base + c, 3 * c, t_len, tp, hd, ws.rows.data());  // k
+  avx512bf16::attn_copy_rows(base, 3 * c, t_len, tp, hd, ws.qa.data());
+  avx512bf16::attn_copy_rows(base + c, 3 * c, t_len, tp, hd, ws.rows.data());  // k
   amx_column_pairs(ws.rows.data(), tp, hd, ws.kbt.data());
   if (job.backward) avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.kb.data());
-  amx_rows(base + 2 * c, 3 * c, t_len, tp, hd, ws.rows.data());  // v
+  avx512bf16::attn_copy_rows(base + 2 * c, 3 * c, t_len, tp, hd, ws.rows.data());  // v
   avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.vb.data());
   if (!job.backward) {
     avx512bf16::attn_amx_begin();
@@ -469,8 +463,9 @@ void run_head_amx(const Job<bfloat16>& job, int64_t bh) {
   }
   amx_column_pairs(ws.rows.data(), tp, hd, ws.vbt.data());
   amx_transpose(ws.qa.data(), tp, hd, ws.rows.data(), ws.qt.data());
-  amx_rows(reinterpret_cast<const uint16_t*>(job.dout) + hi.b * t_len * c + hi.h * hd, c, t_len, tp,
-           hd, ws.da.data());
+  avx512bf16::attn_copy_rows(
+      reinterpret_cast<const uint16_t*>(job.dout) + hi.b * t_len * c + hi.h * hd, c, t_len, tp, hd,
+      ws.da.data());
   amx_transpose(ws.da.data(), tp, hd, ws.rows.data(), ws.dt.data());
   avx512bf16::attn_amx_begin();
   backward_head_amx(rp, hi, ws, t_len, hd);

@@ -112,6 +112,17 @@ void attn_transpose32(const uint32_t* src, int64_t rows, int64_t cols, int64_t l
   }
 }
 
+void attn_copy_rows(const uint16_t* src, int64_t ld, int64_t t, int64_t tp, int64_t hd,
+                    uint16_t* dst) {
+  // Rows of 64 to 256 bytes: inline moves instead of a memcpy call per row.
+  for (int64_t r = 0; r < t; ++r) {
+    for (int64_t c = 0; c < hd; c += 32) {
+      _mm512_storeu_si512(dst + r * hd + c, _mm512_loadu_si512(src + r * ld + c));
+    }
+  }
+  std::memset(dst + t * hd, 0, sizeof(uint16_t) * static_cast<size_t>((tp - t) * hd));
+}
+
 void attn_row_pairs(const uint16_t* src, int64_t rows, int64_t cols, uint16_t* dst) {
   for (int64_t q = 0; q < rows / 2; ++q) {
     const uint16_t* r0 = src + 2 * q * cols;

@@ -66,6 +66,10 @@ void attn_bf16_bits(const float* src, int64_t n, int64_t n_pad, uint16_t* dst);
 // The pair row of two f32 rows already rounded to bf16: dst[2 j] = r0[j], dst[2 j + 1] = r1[j]
 // for j < n (r1 null: zeros), zeros for j in [n, n_pad); n_pad a multiple of 32.
 void attn_bf16_pairs(const float* r0, const float* r1, int64_t n, int64_t n_pad, uint16_t* dst);
+// dst [tp][hd] = rows [0, t) of src (row stride ld elements), zero rows [t, tp); hd a multiple
+// of 32.
+void attn_copy_rows(const uint16_t* src, int64_t ld, int64_t t, int64_t tp, int64_t hd,
+                    uint16_t* dst);
 // dst [cols][rows] (row stride ldd) = src [rows][cols] (row stride lds) transposed, 32-bit
 // words; rows and cols multiples of 16.
 void attn_transpose32(const uint32_t* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* dst,
