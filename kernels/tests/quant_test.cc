@@ -472,6 +472,70 @@ TEST(Gemm4bit, HalfInputAndOutputConvertAtTheEdges) {
   }
 }
 
+// Note [gemm_4bit on AMX]: at the amx level a bf16 x of >= 32 rows with k % 32 == 0 multiplies
+// the weight rounded to bf16 on AMX tiles. Each result is within (k / 32 + 2) u sum |x bf16(w)|
+// of the exact sum with the rounded weight (a bound the unrounded weight's products miss by far,
+// so it also shows the tile path ran); a bf16 y is the f32 y rounded; one and two threads give
+// the same bits; 31 rows keep the fused f32 path (the avx512bf16 level's bits).
+TEST(Gemm4bit, AmxLevelRoundsTheWeightToBf16WithinItsBound) {
+  if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX";
+  const double u = std::ldexp(1.0, -24);
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case c : {Case{32, 37, 64}, Case{33, 300, 768}, Case{128, 70, 96}, Case{40, 5, 32},
+                       Case{31, 40, 64}}) {
+    const Weight4 q = make_weight4(Quant4Type::kNf4, c.n, c.k, 64, 500 + uint32_t(c.k));
+    const std::vector<float> x = randn(c.m * c.k, 600 + uint32_t(c.n));
+    std::vector<uint16_t> xh(c.m * c.k);
+    std::vector<float> xw(c.m * c.k), wb(c.n * c.k);
+    cast(x.data(), DType::kF32, xh.data(), DType::kBF16, c.m * c.k);
+    cast(xh.data(), DType::kBF16, xw.data(), DType::kF32, c.m * c.k);
+    std::vector<uint16_t> tmp(c.n * c.k);
+    cast(q.w.data(), DType::kF32, tmp.data(), DType::kBF16, c.n * c.k);
+    cast(tmp.data(), DType::kBF16, wb.data(), DType::kF32, c.n * c.k);
+    std::vector<float> y(c.m * c.n, -99.0f), y_other(c.m * c.n, -99.0f), y2(c.m * c.n);
+    std::vector<uint16_t> yh(c.m * c.n), want(c.m * c.n);
+    const float* code = quant4_code(Quant4Type::kNf4);
+    {
+      ScopedCpuIsa level(CpuIsa::kAmx);
+      gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, c.m, c.n, c.k, xh.data(), DType::kBF16,
+                y.data(), DType::kF32);
+      gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, c.m, c.n, c.k, xh.data(), DType::kBF16,
+                yh.data(), DType::kBF16);
+      const int saved = get_num_threads();
+      set_num_threads(saved == 1 ? 2 : 1);
+      gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, c.m, c.n, c.k, xh.data(), DType::kBF16,
+                y2.data(), DType::kF32);
+      set_num_threads(saved);
+    }
+    {
+      ScopedCpuIsa level(CpuIsa::kAvx512Bf16);
+      gemm_4bit(code, q.packed.data(), q.absmax.data(), 64, c.m, c.n, c.k, xh.data(), DType::kBF16,
+                y_other.data(), DType::kF32);
+    }
+    EXPECT_TRUE(same_bits(y.data(), y2.data(), y.size())) << "threads, m " << c.m;
+    if (c.m < 32) {
+      EXPECT_TRUE(same_bits(y.data(), y_other.data(), y.size())) << "fused path, m " << c.m;
+      continue;
+    }
+    cast(y.data(), DType::kF32, want.data(), DType::kBF16, c.m * c.n);
+    EXPECT_EQ(yh, want) << "bf16 y, m " << c.m;
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double ref = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double prod = double{xw[i * c.k + p]} * wb[j * c.k + p];
+          ref += prod;
+          mag += std::fabs(prod);
+        }
+        ASSERT_LE(std::fabs(y[i * c.n + j] - ref), (c.k / 32 + 2) * u * mag * 1.01 + 1e-30)
+            << "m " << c.m << " n " << c.n << " k " << c.k << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
 TEST(Gemm4bit, BadArguments) {
   const Weight4 q = make_weight4(Quant4Type::kNf4, 2, 64, 64, 1);
   std::vector<float> x(64), y(2);

@@ -71,43 +71,11 @@ void attn_bf16_pairs(const float* r0, const float* r1, int64_t n, int64_t n_pad,
   }
 }
 
-namespace {
-
-// A 16 x 16 block of 32-bit words transposed: unpacks of 32 and 64 bits leave, in 128-bit lane
-// L of r[4 i + k], column 4 L + k of rows 4 i .. 4 i + 3; two rounds of lane shuffles gather
-// each column's four lanes.
-inline void transpose_block16(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    const __m512i x0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
-    const __m512i x1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xDD);
-    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
-    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xDD);
-    _mm512_storeu_si512(dst + k * ldd, _mm512_shuffle_i32x4(x0, y0, 0x88));
-    _mm512_storeu_si512(dst + (4 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0x88));
-    _mm512_storeu_si512(dst + (8 + k) * ldd, _mm512_shuffle_i32x4(x0, y0, 0xDD));
-    _mm512_storeu_si512(dst + (12 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0xDD));
-  }
-}
-
-}  // namespace
-
 void attn_transpose32(const uint32_t* src, int64_t rows, int64_t cols, int64_t lds, uint32_t* dst,
                       int64_t ldd) {
   for (int64_t i = 0; i < rows; i += 16) {
     for (int64_t j = 0; j < cols; j += 16) {
-      transpose_block16(src + i * lds + j, lds, dst + j * ldd + i, ldd);
+      transpose_words16(src + i * lds + j, lds, dst + j * ldd + i, ldd);
     }
   }
 }

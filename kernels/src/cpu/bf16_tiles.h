@@ -27,6 +27,35 @@ inline void store_pairs(__m512i r0, __m512i r1, uint16_t* dst) {
       _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi));  // 16-31
 }
 
+// A 16 x 16 block of 32-bit words transposed (dst row c = src column c): unpacks of 32 and 64
+// bits leave, in 128-bit lane L of r[4 i + k], column 4 L + k of rows 4 i .. 4 i + 3; two rounds
+// of lane shuffles gather each column's four lanes. On bf16 data a word is a k-pair, so this
+// turns rows of pairs into the pair layout.
+inline void transpose_words16(const uint32_t* src, int64_t lds, uint32_t* dst, int64_t ldd) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x0 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
+    const __m512i x1 = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xDD);
+    const __m512i y0 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    const __m512i y1 = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xDD);
+    _mm512_storeu_si512(dst + k * ldd, _mm512_shuffle_i32x4(x0, y0, 0x88));
+    _mm512_storeu_si512(dst + (4 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0x88));
+    _mm512_storeu_si512(dst + (8 + k) * ldd, _mm512_shuffle_i32x4(x0, y0, 0xDD));
+    _mm512_storeu_si512(dst + (12 + k) * ldd, _mm512_shuffle_i32x4(x1, y1, 0xDD));
+  }
+}
+
 // ---- AMX tiles -----------------------------------------------------------------------------
 // TDPBF16PS multiplies a 16 x 32 bf16 A tile by a 16-pair x 16-column B tile (pair layout)
 // and adds both products of every pair into a 16 x 16 f32 C tile (Intel's pseudocode: pair

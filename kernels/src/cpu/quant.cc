@@ -305,6 +305,44 @@ int64_t gemm_4bit_tile_rows(int64_t k) {
   return std::clamp<int64_t>(rows, 4, 256);
 }
 
+// Note [gemm_4bit on AMX]. At the amx level, a bf16 x of at least kGemm4AmxRows rows with k a
+// multiple of 32 (and y bf16 or f32) takes another path, the one bitsandbytes' matmul_4bit takes
+// for a bf16 input: the weight is dequantized (the f32 bits dequantize_4bit gives) and rounded to
+// bf16, then multiplied on AMX tiles with f32 accumulation, k in tiles of 32 in order (each pair's
+// two products added first; denormals flushed, as TDPBF16PS does). Tiles of 32 rows of W are
+// dequantized one at a time into a per-thread buffer, so W is still never materialized. The bits
+// differ from the other levels' (the weight's rounding and the order), are the same for any thread
+// count, and each result is within (k / 32 + 2) * 2^-24 * sum |x_p bf16(w_p)| of the exact sum of
+// the rounded products, plus y's own rounding. Fewer rows (a few tokens of generation) keep the
+// fused f32 path, where the dequantization, not the products, is the cost.
+constexpr int64_t kGemm4AmxRows = 32;
+
+namespace {
+
+void gemm_4bit_amx(const QuantTable& t, const float* code, const uint8_t* packed,
+                   const float* absmax, int64_t blocksize, int64_t m, int64_t n, int64_t k,
+                   const void* x, void* y, DType y_dtype) {
+  const int64_t tiles = (n + 31) / 32;
+  const int64_t pieces = std::min<int64_t>(tiles, get_num_threads());
+  const bool y_bf16 = y_dtype == DType::kBF16;
+  const size_t y_size = y_bf16 ? 2 : 4;
+  parallel_for(pieces, [&](int64_t piece) {
+    const int64_t first = tiles * piece / pieces, last = tiles * (piece + 1) / pieces;
+    const std::unique_ptr<float[]> w(new float[static_cast<size_t>(32 * k)]);
+    avx512bf16::gemm4_amx_begin();
+    for (int64_t tile = first; tile < last; ++tile) {
+      const int64_t j0 = tile * 32;
+      const int64_t r = std::min<int64_t>(32, n - j0);
+      t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
+      avx512bf16::gemm4_tile_amx(static_cast<const uint16_t*>(x), m, w.get(), r, k,
+                                 static_cast<char*>(y) + j0 * y_size, n, y_bf16);
+    }
+    avx512bf16::gemm4_amx_end();
+  });
+}
+
+}  // namespace
+
 void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
                int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
                DType y_dtype) {
@@ -319,6 +357,12 @@ void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, in
               "gemm_4bit: null pointer");
   // The level is read here, on the calling thread (ScopedCpuIsa is per thread), for every piece.
   const QuantTable& t = quant_table();
+  if (cpu_dispatch_isa() == CpuIsa::kAmx && x_dtype == DType::kBF16 &&
+      (y_dtype == DType::kBF16 || y_dtype == DType::kF32) && m >= kGemm4AmxRows && k > 0 &&
+      k % 32 == 0) {
+    gemm_4bit_amx(t, code, packed, absmax, blocksize, m, n, k, x, y, y_dtype);
+    return;
+  }
   std::vector<float> x32;
   const float* xf = static_cast<const float*>(x);
   if (x_dtype != DType::kF32 && k > 0) {

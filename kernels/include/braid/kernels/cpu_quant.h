@@ -71,7 +71,10 @@ void dequantize_blockwise_8bit(const float* code, const uint8_t* q, const float*
 // a fixed tree, the same at every SIMD level and thread count (same bits); against
 // dequantize_4bit + gemm() the products are identical and the order differs, each within
 // (ceil(k / 16) + 4) * 2^-24 * sum |x_p w_p| of the exact dot product. Threads: tiles are spread
-// by parallel_for (one run of tiles and one tile buffer per thread).
+// by parallel_for (one run of tiles and one tile buffer per thread). At the amx level a bf16 x of
+// at least 32 rows with k % 32 == 0 (y bf16 or f32) instead rounds each dequantized tile of 32
+// rows to bf16 and multiplies on AMX tiles, as bitsandbytes' matmul_4bit does for a bf16 input
+// (Note [gemm_4bit on AMX] in quant.cc): other bits, the same for any thread count.
 void gemm_4bit(const float* code, const uint8_t* packed, const float* absmax, int64_t blocksize,
                int64_t m, int64_t n, int64_t k, const void* x, DType x_dtype, void* y,
                DType y_dtype);
