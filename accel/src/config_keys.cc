@@ -67,7 +67,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string closest(std::string_view name, const std::vector<std::string>& candidates) {
+std::string closest(std::string_view full_name, const std::vector<std::string>& candidates) {
+  const std::string_view name = full_name.substr(0, kSuggestionChars);
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const std::string& c : candidates) {

@@ -70,7 +70,12 @@ const KeyInfo* find_key(std::string_view section, std::string_view name);
 void apply_key(AcceleratorConfig& config, const KeyInfo& key, const RawValue& value,
                std::string_view source);
 
-// The closest of `candidates` to `name` by edit distance (ties: the first).
+// What a "did you mean" compares of an unknown name: its first 64 characters. Every known name
+// is shorter, and an edit distance costs the product of the two lengths for every candidate, so a
+// long unknown key made the error message cost far more than the parse.
+inline constexpr size_t kSuggestionChars = 64;
+// The closest of `candidates` to the first kSuggestionChars characters of `name` by edit
+// distance (ties: the first).
 std::string closest(std::string_view name, const std::vector<std::string>& candidates);
 size_t edit_distance(std::string_view a, std::string_view b);
 

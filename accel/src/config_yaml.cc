@@ -65,9 +65,12 @@ RawValue raw_value(const YAML::Node& n, std::string_view path, const std::string
 }
 
 // The closest known key to `name` met in `section`: a key of the same section by its name,
-// or one elsewhere by its dotted path (so a nested key put at the top is pointed home).
-std::string suggestion(std::string_view section, std::string_view name,
+// or one elsewhere by its dotted path (so a nested key put at the top is pointed home). Only the
+// first kSuggestionChars characters of `name` are compared (detail::kSuggestionChars): no key is
+// longer, and an edit distance costs the product of the lengths, for every key.
+std::string suggestion(std::string_view section, std::string_view full_name,
                        const ConfigOptions& options) {
+  const std::string_view name = full_name.substr(0, detail::kSuggestionChars);
   std::string best;
   size_t best_d = SIZE_MAX;
   auto consider = [&](const std::string& shown, std::string_view compared, bool same) {

@@ -246,6 +246,17 @@ TEST(ConfigFile, UnknownTopLevelKeyNamesFileLineAndClosestKey) {
       << e.message();
 }
 
+// The suggestion compares the first 64 characters of an unknown key (no known key is longer):
+// a 1 KiB key still gets its closest key and its full name in the message.
+TEST(ConfigFile, VeryLongUnknownKeyGetsASuggestionFromItsStart) {
+  const std::string key = "mixed_precison" + std::string(1000, 'x');  // YAML: <= 1024
+  Error e = error_of([&] { from_yaml("distributed_type: FSDP\n" + key + ": bf16\n"); });
+  EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+  EXPECT_NE(e.message().find("'" + key + "'"), std::string::npos);
+  EXPECT_NE(e.message().find("closest known key is 'mixed_precision'"), std::string::npos)
+      << e.message();
+}
+
 TEST(ConfigFile, UnknownNestedKeyNamesSectionAndClosestKey) {
   Error e = error_of([] {
     from_yaml(
