@@ -252,6 +252,29 @@ TEST(Gemm, LargeBf16ShapesEveryTransposeAgainstExact) {
   }
 }
 
+// Few rows of A against a large B (gemm_bf16_avx512bf16.cc, "few rows": B read in place at the
+// avx512bf16 and amx levels): m from 1 to 63, odd k and n, a partial last column block, both
+// layouts of B, alpha and beta, f32 and bf16 C, a padded ldb.
+TEST(Gemm, FewRowsBf16EveryLayoutAgainstExact) {
+  const Size sizes[] = {{1, 64, 64}, {3, 100, 77}, {8, 300, 130}, {9, 65, 600}, {63, 97, 64}};
+  uint32_t seed = 900;
+  for (const Size& s : sizes) {
+    for (Trans tb : kTrans) {
+      for (double beta : {0.0, 0.5}) {
+        const Problem p = make_problem(Trans::kNo, tb, s.m, s.n, s.k, 1, 3, -1.25, beta, seed++);
+        Problem pr = p;
+        for (auto& v : pr.c) v = as_double(bfloat16(static_cast<float>(v)));
+        for (CpuIsa isa : testing::simd_isas()) {
+          check_against_exact<bfloat16>(p, run<bfloat16, float>(p, isa), 0x1p-24, 0,
+                                        describe(p, isa));
+          check_against_exact<bfloat16>(pr, run<bfloat16, bfloat16>(pr, isa), 0x1p-24, 0x1p-8,
+                                        describe(pr, isa));
+        }
+      }
+    }
+  }
+}
+
 TEST(Gemm, HandChecked) {
   // A = [[1, 2, 3], [4, 5, 6]], B = [[7, 8], [9, 10], [11, 12]]: AB = [[58, 64], [139, 154]].
   const float a[6] = {1, 2, 3, 4, 5, 6}, at[6] = {1, 4, 2, 5, 3, 6};

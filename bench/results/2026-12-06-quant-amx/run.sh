@@ -9,3 +9,7 @@ out=${1:-$here}
 build=${2:-build}
 "$build/bin/braid_bench_quant" 9 >"$out/amx.txt" 2>&1
 BRAID_CPU_ISA=avx512bf16 "$build/bin/braid_bench_quant" 9 >"$out/avx512bf16.txt" 2>&1
+# After the bf16 few-rows GEMM (bf16gemm_rows): the amx level again, and the avx512 level (no
+# vdpbf16ps: the widened path) for the bf16 GEMM rows.
+"$build/bin/braid_bench_quant" 9 >"$out/amx-rows.txt" 2>&1
+BRAID_CPU_ISA=avx512 "$build/bin/braid_bench_quant" 9 >"$out/avx512-rows.txt" 2>&1

@@ -266,6 +266,43 @@ void gemm_widened(const GemmArgs& g) {
     // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
     // level (the reference) and smaller problems widen as below.
     const CpuIsa isa = cpu_dispatch_isa();
+    if (isa >= CpuIsa::kAvx512Bf16 && !ta && g.m < kPackedMinDim && g.n >= kPackedMinDim &&
+        g.k >= kPackedMinDim) {
+      // Few rows against a large B (generation): B read in place, never widened.
+      for (int64_t i = 0; i < g.batch; ++i) {
+        C* c = static_cast<C*>(g.c) + i * g.stride_c;
+        GemmCoreBf16 core{false,
+                          tb,
+                          g.m,
+                          g.n,
+                          g.k,
+                          static_cast<float>(g.alpha),
+                          static_cast<float>(g.beta),
+                          at<uint16_t>(g.a, i * g.stride_a),
+                          g.lda,
+                          at<uint16_t>(g.b, i * g.stride_b),
+                          g.ldb,
+                          nullptr,
+                          g.ldc};
+        if constexpr (std::is_same_v<C, float>) {
+          core.c = c;
+          run_split(avx512bf16::bf16gemm_rows, core, true);
+          continue;
+        } else if constexpr (std::is_same_v<C, bfloat16>) {
+          core.c16 = reinterpret_cast<uint16_t*>(c);
+          run_split(avx512bf16::bf16gemm_rows, core, true);
+          continue;
+        }
+        // An f64 C: the f32 block staged, then the epilogue.
+        core.alpha = 1.0f;
+        core.beta = 0.0f;
+        core.c = acc;
+        core.ldc = g.n;
+        run_split(avx512bf16::bf16gemm_rows, core, true);
+        epilogue(acc, g.m, g.n, g.alpha, g.beta, c, g.ldc);
+      }
+      return;
+    }
     if (isa >= CpuIsa::kAvx512Bf16 && uses_packed_f32(g.m, g.n, g.k)) {
       const auto kernel =
           isa == CpuIsa::kAmx ? avx512bf16::bf16gemm_amx : avx512bf16::bf16gemm_packed;

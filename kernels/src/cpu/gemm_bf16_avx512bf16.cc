@@ -246,6 +246,110 @@ void bf16gemm_packed(const GemmCoreBf16& g) {
   }
 }
 
+// ---- few rows (bf16gemm_rows) ---------------------------------------------------------------
+//
+// C (m < kPackedMinDim rows) = A B without packing or widening B: one pass over B per group of
+// up to kRowsGroup rows of A, the products on vdpbf16ps. What generation multiplies (one or a
+// few tokens against a whole weight), where the widened path converted all of B to f32 per call.
+//   B transposed (stored [n][k], a kOutIn weight): each C element is a dot product over k in
+//   chunks of 32 (lane l adds the pair 2l, 2l + 1 of each chunk), the 16 lanes then folded by
+//   halves.
+//   B plain ([k][n], a kInOut weight): per k-pair, rows p and p + 1 of a 32-column block are
+//   interleaved (16-bit unpacks: the accumulators hold the columns in lane order 0-3, 8-11, ...
+//   and 4-7, 12-15, ..., put back in order before the store) and multiplied by A's pair
+//   (broadcast); k-pairs in order.
+// Either way the order is fixed, so the bits do not depend on threads (column blocks) or runs.
+namespace {
+
+constexpr int64_t kRowsGroup = 8;
+
+// acc[r][0 | 1] (columns 0-15 | 16-31 of the block) for rows [i0, i0 + rows) and columns
+// [j0, j0 + cols), B transposed.
+void rows_dot_block(const GemmCoreBf16& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                    __m512 (&acc)[kRowsGroup][2]) {
+  alignas(64) float out[kRowsGroup][32] = {};
+  for (int64_t j = 0; j < cols; ++j) {
+    const uint16_t* b = g.b + (j0 + j) * g.ldb;
+    __m512 d[kRowsGroup];
+    for (int r = 0; r < kRowsGroup; ++r) d[r] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < g.k; p += 32) {
+      const int64_t left = g.k - p;
+      const __mmask32 m = left >= 32 ? ~__mmask32(0) : __mmask32((uint32_t{1} << left) - 1);
+      const __m512bh bv = (__m512bh)_mm512_maskz_loadu_epi16(m, b + p);
+      for (int64_t r = 0; r < rows; ++r) {
+        const __m512bh av = (__m512bh)_mm512_maskz_loadu_epi16(m, g.a + (i0 + r) * g.lda + p);
+        d[r] = _mm512_dpbf16_ps(d[r], av, bv);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const __m256 h8 =
+          _mm256_add_ps(_mm512_castps512_ps256(d[r]), _mm512_extractf32x8_ps(d[r], 1));
+      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+      out[r][j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    acc[r][0] = _mm512_load_ps(out[r]);
+    acc[r][1] = _mm512_load_ps(out[r] + 16);
+  }
+}
+
+// The same block, B plain.
+void rows_pairs_block(const GemmCoreBf16& g, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                      __m512 (&acc)[kRowsGroup][2]) {
+  __m512 lo[kRowsGroup], hi[kRowsGroup];
+  for (int r = 0; r < kRowsGroup; ++r) lo[r] = hi[r] = _mm512_setzero_ps();
+  const __mmask32 cm = cols >= 32 ? ~__mmask32(0) : __mmask32((uint32_t{1} << cols) - 1);
+  for (int64_t p = 0; p < g.k; p += 2) {
+    const __m512i b0 = _mm512_maskz_loadu_epi16(cm, g.b + p * g.ldb + j0);
+    const __m512i b1 = p + 1 < g.k ? _mm512_maskz_loadu_epi16(cm, g.b + (p + 1) * g.ldb + j0)
+                                   : _mm512_setzero_si512();
+    const __m512bh blo = (__m512bh)_mm512_unpacklo_epi16(b0, b1);
+    const __m512bh bhi = (__m512bh)_mm512_unpackhi_epi16(b0, b1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint16_t* a = g.a + (i0 + r) * g.lda + p;
+      const uint32_t pair = uint32_t{a[0]} | (p + 1 < g.k ? uint32_t{a[1]} << 16 : 0u);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+      lo[r] = _mm512_dpbf16_ps(lo[r], av, blo);
+      hi[r] = _mm512_dpbf16_ps(hi[r], av, bhi);
+    }
+  }
+  // lo lanes: columns 0-3 | 8-11 | 16-19 | 24-27; hi: 4-7 | 12-15 | 20-23 | 28-31.
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 t0 = _mm512_shuffle_f32x4(lo[r], hi[r], 0x44);  // lo.0 lo.1 hi.0 hi.1
+    const __m512 t1 = _mm512_shuffle_f32x4(lo[r], hi[r], 0xEE);  // lo.2 lo.3 hi.2 hi.3
+    acc[r][0] = _mm512_shuffle_f32x4(t0, t0, 0xD8);              // lo.0 hi.0 lo.1 hi.1
+    acc[r][1] = _mm512_shuffle_f32x4(t1, t1, 0xD8);
+  }
+}
+
+}  // namespace
+
+void bf16gemm_rows(const GemmCoreBf16& g) {
+  for (int64_t i0 = 0; i0 < g.m; i0 += kRowsGroup) {
+    const int64_t rows = g.m - i0 < kRowsGroup ? g.m - i0 : kRowsGroup;
+    for (int64_t j0 = 0; j0 < g.n; j0 += 32) {
+      const int64_t cols = g.n - j0 < 32 ? g.n - j0 : 32;
+      __m512 acc[kRowsGroup][2];
+      if (g.trans_b) {
+        rows_dot_block(g, i0, rows, j0, cols, acc);
+      } else {
+        rows_pairs_block(g, i0, rows, j0, cols, acc);
+      }
+      if (g.c16 != nullptr) {
+        const TileStoreBf16 st(cols, g.alpha, g.beta);
+        for (int64_t r = 0; r < rows; ++r)
+          st.row(acc[r][0], acc[r][1], g.c16 + (i0 + r) * g.ldc + j0);
+      } else {
+        const TileStore st(cols, g.alpha, g.beta, true);
+        for (int64_t r = 0; r < rows; ++r)
+          st.row(acc[r][0], acc[r][1], g.c + (i0 + r) * g.ldc + j0);
+      }
+    }
+  }
+}
+
 // ---- AMX (the kAmx level) ----------------------------------------------------------------
 //
 // The same loop nest with the products on AMX tiles (bf16_tiles.h: amx_block). A C block is

@@ -77,6 +77,9 @@ namespace avx512bf16 {
 void bf16gemm_packed(const GemmCoreBf16& g);
 // The same product on AMX tiles (TDPBF16PS), for the kAmx level: gemm_bf16_avx512bf16.cc.
 void bf16gemm_amx(const GemmCoreBf16& g);
+// Few rows of A (not transposed; m < kPackedMinDim), B read once per 8 rows, no packing
+// (generation's products): gemm_bf16_avx512bf16.cc, "few rows". Any k (one slice).
+void bf16gemm_rows(const GemmCoreBf16& g);
 }  // namespace avx512bf16
 
 }  // namespace braid::kernels::cpu
