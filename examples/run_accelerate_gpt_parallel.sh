@@ -60,10 +60,12 @@ if [[ $mode == llama ]]; then
   launch 2 llama_zero3 --output_dir "$out/llama_zero3" --model llama
   grep -q "LlamaForCausalLM" "$out/llama_zero3.log" || { echo "FAIL: not a Llama" >&2; exit 1; }
   launch 2 llama_tp2sp --output_dir "$out/llama_tp2sp" --tp_degree 2 "${sp[@]}"
-  grep -q "(dp 1, pp 1, tp 2)" "$out/llama_tp2sp.log" || { echo "FAIL: not tp 2" >&2; exit 1; }
+  grep -q "(dp 1, pp 1, tp 2), sequence parallel" "$out/llama_tp2sp.log" ||
+    { echo "FAIL: llama_tp2sp is not tp 2 with sequence parallelism" >&2; exit 1; }
   close llama_tp2sp llama_zero3
   launch 4 llama_tp2pp2sp --output_dir "$out/llama_tp2pp2sp" --tp_degree 2 --pp_degree 2 "${sp[@]}"
-  grep -q "(dp 1, pp 2, tp 2)" "$out/llama_tp2pp2sp.log" || { echo "FAIL: not pp 2 x tp 2" >&2; exit 1; }
+  grep -q "(dp 1, pp 2, tp 2), sequence parallel" "$out/llama_tp2pp2sp.log" ||
+    { echo "FAIL: llama_tp2pp2sp is not pp 2 x tp 2 with sequence parallelism" >&2; exit 1; }
   close llama_tp2pp2sp llama_zero3
   compare llama_zero3 llama_tp2sp llama_tp2pp2sp
   echo OK
@@ -77,6 +79,8 @@ launch 2 pp2 --output_dir "$out/pp2" --pp_degree 2
 grep -q "(dp 1, pp 2, tp 1)" "$out/pp2.log" || { echo "FAIL: pp2 is not a pp 2 run" >&2; exit 1; }
 close pp2 zero3
 launch 2 tp2sp --output_dir "$out/tp2sp" --tp_degree 2 --megatron_lm_sequence_parallelism true
+grep -q "(dp 1, pp 1, tp 2), sequence parallel" "$out/tp2sp.log" ||
+  { echo "FAIL: tp2sp is not tp 2 with sequence parallelism" >&2; exit 1; }
 close tp2sp zero3
 launch 4 tp2pp2 --output_dir "$out/tp2pp2" --tp_degree 2 --pp_degree 2
 close tp2pp2 zero3
