@@ -226,7 +226,8 @@ int run(int argc, char** argv) {
   std::shared_ptr<accel::PreparedModel> model = acc.prepare_model(lm);
   acc.print("accelerate_gpt: " + lm->type_name() + ", " + std::to_string(W) + " rank(s) (dp " +
             std::to_string(dp) + ", pp " + std::to_string(pp) + ", tp " + std::to_string(tp) +
-            "), " + std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
+            "), " + (acc.sharding_plan().sequence_parallel ? "sequence parallel, " : "") +
+            std::string(accel::distributed_type_name(acc.distributed_type())) + " stage " +
             std::to_string(static_cast<int>(acc.sharding_plan().options.stage)) +
             ", mixed precision " + std::string(amp::precision_type_name(acc.mixed_precision())) +
             ", " + std::to_string(n_params) + " parameters, corpus " +

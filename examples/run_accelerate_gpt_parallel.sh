@@ -10,9 +10,12 @@
 #   - interleaved 1F1B (4 layers, two chunks per rank): resumed == uninterrupted, and its
 #     checkpoint resumed with tp 2 within 1e-3;
 #   - every model.safetensors has the reference's tensors and shapes, values within 2e-2.
-#   run_accelerate_gpt_parallel.sh BRAID ACCELERATE_GPT CONFIG OUTDIR
+# llama: instead, the Llama family (--model llama) with sequence parallelism: tp 2 + SP and
+# tp 2 x pp 2 + SP (4 ranks) reach the ZeRO-3 run's final loss within 1e-3, and their
+# model.safetensors hold its tensors (transformers' LlamaForCausalLM names), values within 2e-2.
+#   run_accelerate_gpt_parallel.sh BRAID ACCELERATE_GPT CONFIG OUTDIR [llama]
 set -euo pipefail
-braid=$1 job=$2 config=$3 out=$4
+braid=$1 job=$2 config=$3 out=$4 mode=${5:-}
 rm -rf "$out"
 mkdir -p "$out"
 common=(--config_file "$config" --max_steps 20 --log_every 10 --save_every 0 --n_layer 2
@@ -35,6 +38,39 @@ close() { # name reference
     { echo "FAIL: $1 final loss $a is not within 1e-3 of $2's $b" >&2; exit 1; }
   echo "$1: final loss $a, reference $b"
 }
+# compare REFERENCE RUN...: every run's model.safetensors against the reference's (safetensors).
+compare() {
+  python3 - "$out" "$@" <<'PY'
+import sys
+from safetensors.numpy import load_file
+out, reference, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+ref = load_file(f"{out}/{reference}/model.safetensors")
+for run in runs:
+    got = load_file(f"{out}/{run}/model.safetensors")
+    assert set(got) == set(ref), (run, sorted(set(got) ^ set(ref)))
+    for k, v in ref.items():
+        assert got[k].shape == v.shape, (run, k, got[k].shape, v.shape)
+        d = abs(got[k].astype("float64") - v.astype("float64")).max()
+        assert d < 2e-2, (run, k, d)
+    print(f"{run}: {len(got)} tensors, shapes and values match the {reference} model")
+PY
+}
+if [[ $mode == llama ]]; then
+  sp=(--model llama --megatron_lm_sequence_parallelism true)
+  launch 2 llama_zero3 --output_dir "$out/llama_zero3" --model llama
+  grep -q "LlamaForCausalLM" "$out/llama_zero3.log" || { echo "FAIL: not a Llama" >&2; exit 1; }
+  launch 2 llama_tp2sp --output_dir "$out/llama_tp2sp" --tp_degree 2 "${sp[@]}"
+  grep -q "(dp 1, pp 1, tp 2), sequence parallel" "$out/llama_tp2sp.log" ||
+    { echo "FAIL: llama_tp2sp is not tp 2 with sequence parallelism" >&2; exit 1; }
+  close llama_tp2sp llama_zero3
+  launch 4 llama_tp2pp2sp --output_dir "$out/llama_tp2pp2sp" --tp_degree 2 --pp_degree 2 "${sp[@]}"
+  grep -q "(dp 1, pp 2, tp 2), sequence parallel" "$out/llama_tp2pp2sp.log" ||
+    { echo "FAIL: llama_tp2pp2sp is not pp 2 x tp 2 with sequence parallelism" >&2; exit 1; }
+  close llama_tp2pp2sp llama_zero3
+  compare llama_zero3 llama_tp2sp llama_tp2pp2sp
+  echo OK
+  exit 0
+fi
 launch 2 zero3 --output_dir "$out/zero3"
 launch 2 tp2 --output_dir "$out/tp2" --tp_degree 2
 grep -q "(dp 1, pp 1, tp 2)" "$out/tp2.log" || { echo "FAIL: tp2 is not a tp 2 run" >&2; exit 1; }
@@ -43,6 +79,8 @@ launch 2 pp2 --output_dir "$out/pp2" --pp_degree 2
 grep -q "(dp 1, pp 2, tp 1)" "$out/pp2.log" || { echo "FAIL: pp2 is not a pp 2 run" >&2; exit 1; }
 close pp2 zero3
 launch 2 tp2sp --output_dir "$out/tp2sp" --tp_degree 2 --megatron_lm_sequence_parallelism true
+grep -q "(dp 1, pp 1, tp 2), sequence parallel" "$out/tp2sp.log" ||
+  { echo "FAIL: tp2sp is not tp 2 with sequence parallelism" >&2; exit 1; }
 close tp2sp zero3
 launch 4 tp2pp2 --output_dir "$out/tp2pp2" --tp_degree 2 --pp_degree 2
 close tp2pp2 zero3
@@ -86,18 +124,5 @@ launch 2 vpp_cross --output_dir "$out/vpp_cross" --resume true --n_layer 4 --tp_
 close vpp_cross vpp
 
 # Every model.safetensors against the reference, read by the safetensors package.
-python3 - "$out" <<'PY'
-import sys
-from safetensors.numpy import load_file
-out = sys.argv[1]
-ref = load_file(f"{out}/zero3/model.safetensors")
-for run in ["tp2", "pp2", "tp2sp", "tp2pp2", "dp2pp2tp2", "cross"]:
-    got = load_file(f"{out}/{run}/model.safetensors")
-    assert set(got) == set(ref), (run, sorted(set(got) ^ set(ref)))
-    for k, v in ref.items():
-        assert got[k].shape == v.shape, (run, k, got[k].shape, v.shape)
-        d = abs(got[k].astype("float64") - v.astype("float64")).max()
-        assert d < 2e-2, (run, k, d)
-    print(f"{run}: {len(got)} tensors, shapes and values match the ZeRO-3 model")
-PY
+compare zero3 tp2 pp2 tp2sp tp2pp2 dp2pp2tp2 cross
 echo OK

@@ -1,7 +1,11 @@
 // Embedding: a row gather (the embedding_forward kernel of the ids' device) and, in backward, an
 // ordered scatter-add into a dense gradient of the table (embedding_backward), as torch's dense
-// embedding backward. Saves the ids.
+// embedding backward. Saves the ids. A padding_idx (torch's) zeroes the gradient rows of the
+// positions holding it before the scatter-add.
+#include <vector>
+
 #include "braid/nn/layers.h"
+#include "braid/tensor/ops.h"
 #include "layer_util.h"
 
 namespace braid::nn {
@@ -12,6 +16,16 @@ namespace kc = braid::kernels;
 struct EmbeddingCtx {
   Tensor ids;  // contiguous, i64 or i32
 };
+
+// dy [n, dim] (contiguous) with the rows of the positions whose id is `pad` zeroed.
+Tensor without_pad_rows(const Tensor& dy, const Tensor& ids, int64_t pad, int64_t dim) {
+  const std::vector<double> id = ids.to_vector();
+  std::vector<double> keep(id.size());
+  for (size_t i = 0; i < id.size(); ++i) keep[i] = id[i] == static_cast<double>(pad) ? 0.0 : 1.0;
+  const auto n = static_cast<int64_t>(id.size());
+  const Tensor mask = Tensor::from_vector(keep, {n, 1}, dy.dtype()).to(dy.device());
+  return mul(dy.view({n, dim}), mask);
+}
 
 }  // namespace
 
@@ -27,6 +41,12 @@ Embedding::Embedding(int64_t num_embeddings, int64_t dim, DType dtype, Generator
           empty_weights_active()
               ? Tensor::empty({num_embeddings, dim}, dtype, kMeta)  // no draw
               : Tensor::randn({num_embeddings, dim}, detail::f32_or_f64(dtype), gen).to(dtype)));
+}
+
+void Embedding::set_padding_idx(int64_t id) {
+  BRAID_CHECK(id >= -1 && id < num_, kOutOfRange, "Embedding: padding_idx ", id,
+              " is outside [-1, num_embeddings ", num_, ")");
+  padding_idx_ = id;
 }
 
 Tensor Embedding::forward_impl(const Tensor& ids) {
@@ -64,7 +84,9 @@ Tensor Embedding::backward_impl(const Tensor& grad_output) {
   const Parameter& weight = param("weight");
   if (!weight.requires_grad()) return {};
   const DType acc = detail::f32_or_f64(weight.data().dtype());
-  const Tensor dy = grad_output.to(acc).contiguous();
+  Tensor dy = grad_output.to(acc).contiguous();
+  if (padding_idx_ >= 0 && !dy.device().is_meta())
+    dy = without_pad_rows(dy, ctx.ids, padding_idx_, dim_);
   const auto [k, s] = detail::kernels_of("Embedding", dy, kc::Op::kEmbeddingBackward, acc);
   Tensor dw = Tensor::zeros({num_, dim_}, acc, dy.device());
   k.embedding_backward(s, acc, num_, dim_, ctx.ids.dtype(), ctx.ids.data_ptr(), ctx.ids.numel(),

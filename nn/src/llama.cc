@@ -97,28 +97,20 @@ Tensor LlamaDecoderLayer::backward_impl(const Tensor& grad_output) {
 
 namespace detail {
 
+std::shared_ptr<Embedding> llama_embedding(const LlamaConfig& cfg) {
+  auto embed = std::make_shared<Embedding>(cfg.vocab_size, cfg.hidden_size, cfg.dtype);
+  // torch's padding_idx: positions holding the pad id add nothing to the embedding's gradient
+  // (a tied head's contribution to that row stays, as in torch).
+  if (cfg.pad_token_id >= 0) embed->set_padding_idx(cfg.pad_token_id);
+  return embed;
+}
+
 Tensor llama_embed_forward(const LlamaConfig& cfg, Layer& embed, const Tensor& ids,
                            const char* who) {
   check_ids_shape(ids, who);
   const Tensor idc = ids.contiguous();
   check_id_values(idc, cfg.vocab_size, who);
   return embed.forward(idc);
-}
-
-void llama_embed_backward(const LlamaConfig& cfg, Layer& embed, const Tensor& ids,
-                          const Tensor& grad) {
-  if (cfg.pad_token_id < 0 || grad.device().is_meta()) {
-    embed.backward(grad);
-    return;
-  }
-  // torch's padding_idx: positions holding the pad id add nothing to the embedding's gradient
-  // (a tied head's contribution to that row stays, as in torch).
-  const std::vector<double> id = ids.to_vector();
-  std::vector<double> keep(id.size());
-  for (size_t i = 0; i < id.size(); ++i) keep[i] = id[i] == double(cfg.pad_token_id) ? 0.0 : 1.0;
-  const Tensor mask =
-      Tensor::from_vector(keep, {ids.size(0), ids.size(1), 1}, grad.dtype()).to(grad.device());
-  embed.backward(mul(grad, mask));
 }
 
 InitRule llama_init_rule(const LlamaConfig& cfg) {
@@ -139,8 +131,7 @@ InitRule llama_init_rule(const LlamaConfig& cfg) {
 Llama::Llama(const LlamaConfig& cfg) : CausalLM("LlamaForCausalLM"), cfg_(cfg) {
   cfg_.validate();
   model_ = register_module("model", std::make_shared<Module>("LlamaModel"));
-  auto embed = model_->register_module(
-      "embed_tokens", std::make_shared<Embedding>(cfg.vocab_size, cfg.hidden_size, cfg.dtype));
+  auto embed = model_->register_module("embed_tokens", detail::llama_embedding(cfg));
   layers_ = model_->register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     auto layer = std::make_shared<LlamaDecoderLayer>(cfg);
@@ -176,11 +167,18 @@ ParallelPlan llama_parallel_plan(const LlamaConfig& cfg) {
       {"model.embed_tokens", S::kVocabEmbedding},
       {"lm_head", S::kVocabHead},
   };
-  // No sequence-parallel rules: Megatron's form splits the sequence where a dropout runs
-  // between the column / row pairs (GPT's resid dropouts, transformer.drop), and Llama has no
-  // dropout there to scatter at; and the rotary embeddings would need each rank's position
-  // offset inside the sequence, which LlamaAttention does not take. Asking shard/ for sequence
-  // parallelism on a Llama is therefore an error naming it (docs/nn.md, "Llama").
+  // Sequence parallelism (Megatron's, as for Llama in Megatron-LM and torch's SequenceParallel
+  // style): the residual stream between the column / row pairs holds seq / tp positions. Llama
+  // has no dropout after the embedding, so the sequence is split at the embedding itself: its
+  // vocab-parallel partial rows are reduce-scattered along the sequence instead of all-reduced.
+  // The RMSNorms run on the rank's positions; q/k/v, gate/up and the head all-gather the
+  // sequence, so the rotary angles see whole sequences (positions 0 .. T-1).
+  p.sequence_parallel = {
+      {"model.embed_tokens", S::kSequenceScatter},
+      {"model.layers.*.input_layernorm", S::kSequenceNorm},
+      {"model.layers.*.post_attention_layernorm", S::kSequenceNorm},
+      {"model.norm", S::kSequenceNorm},
+  };
   p.blocks = "model.layers";
   if (cfg.tie_word_embeddings) {
     p.tied_embedding = "model.embed_tokens";
@@ -222,7 +220,6 @@ void Llama::init_weights_range(const Generator& gen, const std::string& name, in
 
 Tensor Llama::forward_impl(const Tensor& ids) {
   Tensor h = detail::llama_embed_forward(cfg_, sub(*model_, "embed_tokens"), ids, "Llama");
-  save_for_backward(ids);
   for (int64_t i = 0; i < cfg_.num_hidden_layers; ++i) h = layer(i).forward(h);
   return sub(*this, "lm_head").forward(sub(*model_, "norm").forward(h));
 }
@@ -230,8 +227,7 @@ Tensor Llama::forward_impl(const Tensor& ids) {
 Tensor Llama::backward_impl(const Tensor& grad_output) {
   Tensor g = sub(*model_, "norm").backward(sub(*this, "lm_head").backward(grad_output));
   for (int64_t i = cfg_.num_hidden_layers - 1; i >= 0; --i) g = layer(i).backward(g);
-  const Tensor ids = pop_saved<Tensor>();
-  detail::llama_embed_backward(cfg_, sub(*model_, "embed_tokens"), ids, g);
+  sub(*model_, "embed_tokens").backward(g);
   return {};
 }
 

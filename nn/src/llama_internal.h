@@ -8,13 +8,13 @@
 
 namespace braid::nn::detail {
 
+// embed_tokens: [vocab_size, hidden_size], pad_token_id its padding_idx (positions holding it
+// add nothing to its gradient, as torch's nn.Embedding(padding_idx)).
+std::shared_ptr<Embedding> llama_embedding(const LlamaConfig& cfg);
 // Checks the token ids ("<who>: token id 40 at [0, 3] is outside [0, vocab_size 37)"), then
 // embed(ids).
 Tensor llama_embed_forward(const LlamaConfig& cfg, Layer& embed, const Tensor& ids,
                            const char* who);
-// The embedding's backward; positions holding pad_token_id add nothing (torch's padding_idx).
-void llama_embed_backward(const LlamaConfig& cfg, Layer& embed, const Tensor& ids,
-                          const Tensor& grad);
 // transformers' _init_weights for Llama: biases 0, RMSNorm weights 1, other weights
 // N(0, initializer_range).
 InitRule llama_init_rule(const LlamaConfig& cfg);

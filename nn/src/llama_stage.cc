@@ -30,8 +30,7 @@ LlamaStage::LlamaStage(const LlamaConfig& cfg, StageSpec spec)
   model_ = register_module("model", std::make_shared<Module>("LlamaModel"));
   std::shared_ptr<Embedding> embed;
   if (spec.embedding) {
-    embed = model_->register_module(
-        "embed_tokens", std::make_shared<Embedding>(cfg.vocab_size, cfg.hidden_size, cfg.dtype));
+    embed = model_->register_module("embed_tokens", detail::llama_embedding(cfg));
   }
   // Children named by their index in the whole model, so the parameter names are Llama's.
   layers_ = model_->register_module("layers", std::make_shared<Module>("ModuleList"));
@@ -72,7 +71,6 @@ Tensor LlamaStage::forward_impl(const Tensor& x) {
   Tensor h;
   if (spec_.embedding) {
     h = detail::llama_embed_forward(cfg_, sub(*model_, "embed_tokens"), x, "LlamaStage");
-    save_for_backward(x);
   } else {
     BRAID_CHECK(x.defined() && x.dim() == 3 && x.size(2) == cfg_.hidden_size, kInvalidArgument,
                 "LlamaStage (layers [", spec_.first_block, ", ", spec_.end_block,
@@ -90,8 +88,7 @@ Tensor LlamaStage::backward_impl(const Tensor& grad_output) {
   if (spec_.head) g = sub(*model_, "norm").backward(sub(*this, "lm_head").backward(g));
   for (int64_t i = spec_.end_block - 1; i >= spec_.first_block; --i) g = layer(i).backward(g);
   if (!spec_.embedding) return g;
-  const Tensor ids = pop_saved<Tensor>();
-  detail::llama_embed_backward(cfg_, sub(*model_, "embed_tokens"), ids, g);
+  sub(*model_, "embed_tokens").backward(g);
   return {};
 }
 

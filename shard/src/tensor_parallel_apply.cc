@@ -3,6 +3,7 @@
 // parallel layer and keeping every name (docs/parallelism.md, "Any model").
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,8 +53,15 @@ class Parallelizer {
                 "parallelize: ", root_.type_name(),
                 "'s plan has no sequence-parallel form; turn sequence parallelism off");
     std::vector<nn::TensorParallelRule> rules = plan_.tensor_parallel;
-    if (sp)
+    if (sp) {
       rules.insert(rules.end(), plan_.sequence_parallel.begin(), plan_.sequence_parallel.end());
+      // A vocab embedding where the sequence is split is built reduce-scattering (its
+      // vocab_embedding rule comes first); its sequence_scatter rule then only checks that.
+      for (const nn::TensorParallelRule& rule : plan_.sequence_parallel) {
+        if (rule.style != Style::kSequenceScatter) continue;
+        for (std::string& path : matches(rule.path)) scatter_paths_.insert(std::move(path));
+      }
+    }
     for (const nn::TensorParallelRule& rule : rules) {
       for (const std::string& path : matches(rule.path)) apply(rule, path);
     }
@@ -89,13 +97,36 @@ class Parallelizer {
     }
   }
 
+  [[noreturn]] static void wrong_kind(nn::Module& m, const std::string& path,
+                                      const nn::TensorParallelRule& rule) {
+    BRAID_FAIL(kInvalidArgument, "parallelize: '", path, "' is a ", m.type_name(), "; the style '",
+               nn::style_name(rule.style), "' (rule '", rule.path,
+               "') applies to another kind of layer");
+  }
+
   template <typename T>
   T& as(nn::Module& m, const std::string& path, const nn::TensorParallelRule& rule) {
     auto* t = dynamic_cast<T*>(&m);
-    BRAID_CHECK(t != nullptr, kInvalidArgument, "parallelize: '", path, "' is a ", m.type_name(),
-                "; the style '", nn::style_name(rule.style), "' (rule '", rule.path,
-                "') applies to another kind of layer");
+    if (t == nullptr) wrong_kind(m, path, rule);
     return *t;
+  }
+
+  // sequence_norm: the norm's sequence-parallel counterpart, holding the same parameter handles.
+  std::shared_ptr<nn::Module> sequence_norm(nn::Module& m, const std::string& path,
+                                            const nn::TensorParallelRule& rule) {
+    if (auto* ln = dynamic_cast<nn::LayerNorm*>(&m)) {
+      auto out = std::make_shared<SequenceParallelLayerNorm>(
+          ln->dim(), ln->eps(), ln->has_bias() ? nn::Bias::kYes : nn::Bias::kNo,
+          ln->weight().data().dtype(), tp_);
+      out->set_parameter("weight", ln->weight());
+      if (ln->has_bias()) out->set_parameter("bias", ln->bias());
+      return out;
+    }
+    auto& rms = as<nn::RMSNorm>(m, path, rule);
+    auto out = std::make_shared<SequenceParallelRMSNorm>(
+        rms.dim(), rms.eps(), rms.weight().data().dtype(), rms.weight_mode(), tp_);
+    out->set_parameter("weight", rms.weight());
+    return out;
   }
 
   void apply(const nn::TensorParallelRule& rule, const std::string& path) {
@@ -124,8 +155,9 @@ class Parallelizer {
       case Style::kVocabEmbedding: {
         auto& emb = as<nn::Embedding>(m, path, rule);
         const int64_t padded = pad_vocab_size(emb.num_embeddings(), parts, opt_.vocab_divisible_by);
-        auto out =
-            VocabParallelEmbedding::from_embedding(emb, tp_, {.padded_num_embeddings = padded});
+        auto out = VocabParallelEmbedding::from_embedding(
+            emb, tp_,
+            {.padded_num_embeddings = padded, .sequence_parallel = scatter_paths_.contains(path)});
         parent.replace_module(name, out);
         embeddings_[path] = out;
         return;
@@ -145,18 +177,22 @@ class Parallelizer {
         parent.replace_module(name, head);
         return;
       }
-      case Style::kSequenceNorm: {
-        auto& ln = as<nn::LayerNorm>(m, path, rule);
-        auto out = std::make_shared<SequenceParallelLayerNorm>(
-            ln.dim(), ln.eps(), ln.has_bias() ? nn::Bias::kYes : nn::Bias::kNo,
-            ln.weight().data().dtype(), tp_);
-        out->set_parameter("weight", ln.weight());  // the same handles
-        if (ln.has_bias()) out->set_parameter("bias", ln.bias());
-        parent.replace_module(name, out);
+      case Style::kSequenceNorm:
+        parent.replace_module(name, sequence_norm(m, path, rule));
         return;
-      }
-      case Style::kSequenceDropout:
       case Style::kSequenceScatter:
+        // The vocab embedding was built reduce-scattering by its vocab_embedding rule.
+        if (auto* emb = dynamic_cast<VocabParallelEmbedding*>(&m)) {
+          BRAID_CHECK(emb->sequence_parallel(), kInternal, "parallelize: '", path,
+                      "' was split without its sequence scatter");
+          return;
+        }
+        BRAID_CHECK(dynamic_cast<nn::Embedding*>(&m) == nullptr, kInvalidArgument, "parallelize: '",
+                    path, "' is an Embedding without a vocab_embedding rule; ",
+                    "the style 'sequence_scatter' (rule '", rule.path,
+                    "') splits the sequence at a vocab-parallel embedding or a Dropout");
+        [[fallthrough]];
+      case Style::kSequenceDropout:
         parent.replace_module(name, std::make_shared<SequenceParallelDropout>(
                                         as<nn::Dropout>(m, path, rule).p(), tp_,
                                         /*scatter_input=*/rule.style == Style::kSequenceScatter));
@@ -169,6 +205,7 @@ class Parallelizer {
   const nn::ParallelPlan& plan_;
   const TensorParallelOptions& opt_;
   std::map<std::string, std::shared_ptr<VocabParallelEmbedding>> embeddings_;
+  std::set<std::string> scatter_paths_;  // sequence_scatter's modules (under sp)
 };
 
 }  // namespace

@@ -263,7 +263,8 @@ VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t d
       tp_(std::move(tp)),
       global_num_(num_embeddings),
       vocab_start_(static_cast<int64_t>(tp_->rank()) * this->num_embeddings()),
-      padded_(this->num_embeddings() * tp_->size()) {}
+      padded_(this->num_embeddings() * tp_->size()),
+      sequence_parallel_(options.sequence_parallel) {}
 
 VocabParallelEmbedding::VocabParallelEmbedding(int64_t num_embeddings, int64_t dim,
                                                std::shared_ptr<ProcessGroup> tp,
@@ -279,6 +280,10 @@ std::shared_ptr<VocabParallelEmbedding> VocabParallelEmbedding::from_embedding(
   std::shared_ptr<VocabParallelEmbedding> layer(new VocabParallelEmbedding(
       whole.num_embeddings(), whole.dim(), std::move(tp), options, Uninit{}));
   layer->load_from(whole);
+  // The padding row, where this rank holds it (other ranks' ids add nothing here anyway).
+  const int64_t pad = whole.padding_idx() - layer->vocab_start_;
+  if (whole.padding_idx() >= 0 && pad >= 0 && pad < layer->num_embeddings())
+    layer->set_padding_idx(pad);
   return layer;
 }
 
@@ -301,6 +306,9 @@ std::vector<std::pair<std::string, TensorSlice>> VocabParallelEmbedding::tp_slic
 Tensor VocabParallelEmbedding::forward_impl(const Tensor& ids) {
   BRAID_CHECK(ids.defined() && (ids.dtype() == DType::kI64 || ids.dtype() == DType::kI32),
               kInvalidArgument, "VocabParallelEmbedding: ids must be i64 or i32");
+  BRAID_CHECK(!sequence_parallel_ || ids.dim() >= 2, kInvalidArgument,
+              "VocabParallelEmbedding: sequence-parallel ids must be [batch, seq], got ",
+              shape_str(ids.shape()));
   const Tensor idc = ids.contiguous();
   const int64_t n = idc.numel(), local = num_embeddings();
   Tensor shifted = Tensor::empty(idc.shape(), DType::kI64);
@@ -317,13 +325,16 @@ Tensor VocabParallelEmbedding::forward_impl(const Tensor& ids) {
   Tensor out = nn::Embedding::forward_impl(shifted);
   zero_rows(out, ctx.mine, dim());
   save_for_backward(std::move(ctx));
-  return all_reduce_sum(out, *tp_);  // each id's row comes from the one rank holding it
+  // Each id's row comes from the one rank holding it (the others add zeros: exact).
+  return sequence_parallel_ ? reduce_scatter_dim(out, 1, *tp_, "VocabParallelEmbedding")
+                            : all_reduce_sum(out, *tp_);
 }
 
 Tensor VocabParallelEmbedding::backward_impl(const Tensor& grad_output) {
   const VocabCtx ctx = pop_saved<VocabCtx>();
   // The ids of other ranks were looked up as row 0: their gradient rows must not land there.
-  Tensor dy = grad_output.contiguous().clone();
+  const Tensor whole = sequence_parallel_ ? all_gather_dim(grad_output, 1, *tp_) : grad_output;
+  Tensor dy = whole.contiguous().clone();  // a gather over one rank is the caller's tensor
   BRAID_CHECK(dy.numel() == static_cast<int64_t>(ctx.mine.size()) * dim(), kInvalidArgument,
               "VocabParallelEmbedding: gradient of shape ", shape_str(dy.shape()),
               " does not match the forward's ", ctx.mine.size(), " ids");

@@ -1,6 +1,7 @@
-// Sequence parallelism's layers (tensor_parallel.h): the LayerNorm whose replicated weights
-// get partial gradients, and the dropout that draws, for this rank's part of the sequence, the
-// mask the whole tensor's nn::Dropout would (docs/parallelism.md, "Sequence parallelism").
+// Sequence parallelism's layers (tensor_parallel.h): the LayerNorm and RMSNorm whose replicated
+// weights get partial gradients, and the dropout that draws, for this rank's part of the
+// sequence, the mask the whole tensor's nn::Dropout would (docs/parallelism.md, "Sequence
+// parallelism").
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,28 @@ struct MaskCtx {
   double scale = 1.0;
 };
 
+// A norm's backward on this rank's positions (`base`: the nn layer's own backward) with the
+// layer's parameter gradients of this pass summed over tp: the accumulated gradients are set
+// aside, `base` writes this pass's partial ones, their all_reduce is added to what was
+// accumulated, as accumulate_grad would have. Returns base's input gradient.
+template <typename Backward>
+Tensor backward_with_grads_summed(nn::Module& layer, ProcessGroup& tp, Backward&& base) {
+  std::vector<std::pair<nn::Parameter, Tensor>> held;
+  for (auto& [name, p] : layer.named_parameters())
+    held.emplace_back(p, std::exchange(p.grad(), Tensor()));
+  const Tensor dx = base();
+  for (auto& [p, before] : held) {
+    if (!p.grad().defined()) {
+      p.grad() = before;
+      continue;
+    }
+    const Tensor mine = all_reduce_sum(p.grad(), tp);
+    p.grad() = before;
+    nn::accumulate_grad(p, mine);
+  }
+  return dx;
+}
+
 }  // namespace
 
 // ---- SequenceParallelLayerNorm ---------------------------------------------------------------
@@ -34,22 +57,24 @@ SequenceParallelLayerNorm::SequenceParallelLayerNorm(int64_t dim, double eps, nn
 }
 
 Tensor SequenceParallelLayerNorm::backward_impl(const Tensor& grad_output) {
-  // This pass's parameter gradients alone (the accumulated ones set aside), summed over tp,
-  // then added to what was accumulated, as accumulate_grad would have.
-  std::vector<std::pair<nn::Parameter, Tensor>> held;
-  for (auto& [name, p] : named_parameters())
-    held.emplace_back(p, std::exchange(p.grad(), Tensor()));
-  const Tensor dx = nn::LayerNorm::backward_impl(grad_output);
-  for (auto& [p, before] : held) {
-    if (!p.grad().defined()) {
-      p.grad() = before;
-      continue;
-    }
-    const Tensor mine = all_reduce_sum(p.grad(), *tp_);
-    p.grad() = before;
-    nn::accumulate_grad(p, mine);
-  }
-  return dx;
+  return backward_with_grads_summed(*this, *tp_,
+                                    [&] { return nn::LayerNorm::backward_impl(grad_output); });
+}
+
+// ---- SequenceParallelRMSNorm -----------------------------------------------------------------
+
+SequenceParallelRMSNorm::SequenceParallelRMSNorm(int64_t dim, double eps, DType dtype,
+                                                 nn::RmsNormWeight weight_mode,
+                                                 std::shared_ptr<ProcessGroup> tp)
+    : nn::RMSNorm(dim, eps, dtype, weight_mode), tp_(std::move(tp)) {
+  BRAID_CHECK(tp_ != nullptr && tp_->rank() >= 0, kInvalidArgument,
+              "SequenceParallelRMSNorm: the tensor-parallel group is null or does not hold "
+              "this rank");
+}
+
+Tensor SequenceParallelRMSNorm::backward_impl(const Tensor& grad_output) {
+  return backward_with_grads_summed(*this, *tp_,
+                                    [&] { return nn::RMSNorm::backward_impl(grad_output); });
 }
 
 // ---- SequenceParallelDropout -----------------------------------------------------------------

@@ -178,6 +178,20 @@ TEST(Embedding, BackwardAddsRowsAndReturnsUndefined) {
   EXPECT_EQ(emb.weight().grad().to_vector(), (std::vector<double>{0, 0, 10, 20, 0, 0, 101, 202}));
 }
 
+// torch's padding_idx: the positions holding it add nothing to the gradient; the row is still
+// looked up.
+TEST(Embedding, PaddingIdxPositionsAddNothing) {
+  Embedding emb(4, 2, DType::kF32);
+  emb.set_padding_idx(3);
+  EXPECT_EQ(emb.padding_idx(), 3);
+  const Tensor y = emb.forward(Tensor::from_vector({3, 1, 3}, {3}, DType::kI64));
+  EXPECT_EQ(y.select(0, 0).to_vector(), emb.weight().data().select(0, 3).to_vector());
+  emb.backward(Tensor::from_vector({1, 2, 10, 20, 100, 200}, {3, 2}));
+  EXPECT_EQ(emb.weight().grad().to_vector(), (std::vector<double>{0, 0, 10, 20, 0, 0, 0, 0}));
+  emb.set_padding_idx(-1);
+  EXPECT_THROW(emb.set_padding_idx(4), Error);
+}
+
 TEST(Embedding, BadIdsThrow) {
   Embedding emb(5, 3);
   try {

@@ -101,21 +101,31 @@ TEST(Llama, HuggingFaceNamesShapesAndTying) {
             m.num_parameters() - 13 * 16 + 2 * (16 + 8 + 8 + 16 + 20 + 20 + 16));
 }
 
-// Every rule of the plan names modules that exist; no sequence-parallel form.
+// Every rule of the plan names modules that exist and of the kind its style splits; the
+// sequence split at embed_tokens, the three RMSNorms on the rank's positions.
 TEST(Llama, ParallelPlanNamesItsModules) {
   Llama m(tiny_config(DType::kF32));
   const ParallelPlan& plan = m.parallel_plan();
   EXPECT_EQ(plan.blocks, "model.layers");
-  EXPECT_TRUE(plan.sequence_parallel.empty());
-  for (const auto& rule : plan.tensor_parallel) {
+  std::vector<TensorParallelRule> rules = plan.tensor_parallel;
+  rules.insert(rules.end(), plan.sequence_parallel.begin(), plan.sequence_parallel.end());
+  for (const auto& rule : rules) {
     std::string path = rule.path;
     if (const auto star = path.find('*'); star != std::string::npos) path.replace(star, 1, "1");
     EXPECT_NO_THROW(m.get_submodule(path)) << rule.path;
+    Module& target = m.get_submodule(path);
     if (rule.style == TensorParallelStyle::kHeads) {
-      EXPECT_NE(dynamic_cast<AttentionHeads*>(&m.get_submodule(path)), nullptr) << rule.path;
+      EXPECT_NE(dynamic_cast<AttentionHeads*>(&target), nullptr) << rule.path;
+    }
+    if (rule.style == TensorParallelStyle::kSequenceNorm) {
+      EXPECT_NE(dynamic_cast<RMSNorm*>(&target), nullptr) << rule.path;
+    }
+    if (rule.style == TensorParallelStyle::kSequenceScatter) {
+      EXPECT_NE(dynamic_cast<Embedding*>(&target), nullptr) << rule.path;
     }
   }
   EXPECT_EQ(plan.tensor_parallel.size(), 10u);
+  EXPECT_EQ(plan.sequence_parallel.size(), 4u);
 }
 
 // ---- the attention against a plain transcription of transformers' LlamaAttention -------------

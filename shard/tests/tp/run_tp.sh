@@ -3,7 +3,7 @@
 # `braid launch`. Every training run compares itself, step by step and at the end, with one
 # process trained on the same global batch (tp_worker.cc); a checkpoint written at one TP size
 # is resumed at others and must continue as the uninterrupted run.
-#   run_tp.sh BRAID WORKER OUTDIR layers_2|layers_4|gpt|dp_tp|checkpoint
+#   run_tp.sh BRAID WORKER OUTDIR layers_2|layers_4|gpt|dp_tp|checkpoint|llama
 set -euo pipefail
 braid=$1 worker=$2 out=$3 scenario=$4
 rm -rf "$out"
@@ -64,6 +64,24 @@ checkpoint)
   "$worker" check-ckpt "$out/ckpt_tp1" 2 "${opts[@]}"
   run 4 resume_dp2_tp2 train --tp 2 --stage 3 "${steps[@]}" "${opts[@]}" --resume "$out/ckpt_tp1" --start 2
   run 2 resume_tp2_sp train --tp 2 --stage 0 --sp "${steps[@]}" "${opts[@]}" --resume "$out/ckpt_tp1" --start 2
+  ;;
+llama)
+  # The Llama family (grouped-query attention, a pad id; no dropout), with clipping: TP 2, and
+  # with sequence parallelism (the sequence split at embed_tokens) at TP 2 and 4, tied and
+  # untied, with activation checkpointing, and under DP 2 x TP 2 at ZeRO 1 and 3; a TP 2 + SP
+  # checkpoint holds the global Llama and resumes at TP 1.
+  lopts=(--model llama --clip 0.5)
+  run 2 llama_tp2 train --tp 2 "${lopts[@]}"
+  run 2 llama_tp2_sp train --tp 2 --sp "${lopts[@]}"
+  run 2 llama_tp2_sp_tied train --tp 2 --sp --tied "${lopts[@]}"
+  run 2 llama_tp2_sp_checkpointing train --tp 2 --sp --checkpointing "${lopts[@]}"
+  run 4 llama_tp4_sp train --tp 4 --sp "${lopts[@]}"
+  run 4 llama_tp4_sp_tied train --tp 4 --sp --tied "${lopts[@]}"
+  run 4 llama_dp2_tp2_s1_sp train --tp 2 --stage 1 --sp "${lopts[@]}"
+  run 4 llama_dp2_tp2_s3_sp_tied train --tp 2 --stage 3 --sp --tied "${lopts[@]}"
+  run 2 llama_save_tp2_sp train --tp 2 --stage 0 --sp --steps 4 "${lopts[@]}" --save-at 2 "$out/ckpt_llama"
+  "$worker" check-ckpt "$out/ckpt_llama" 2 "${lopts[@]}"
+  run 1 llama_resume_tp1 train --tp 1 --stage 0 --steps 4 "${lopts[@]}" --resume "$out/ckpt_llama" --start 2
   ;;
 *)
   echo "run_tp.sh: unknown scenario $scenario" >&2

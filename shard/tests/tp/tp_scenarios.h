@@ -166,23 +166,41 @@ inline void check_row(const std::shared_ptr<ProcessGroup>& tp, Failures& f) {
 }
 
 inline void check_embedding(const std::shared_ptr<ProcessGroup>& tp, Failures& f) {
-  const int64_t vocab = 37, dim = 5;
-  Generator g1(13), g2(13), ids_gen(5);
-  nn::Embedding whole(vocab, dim, DType::kF64, &g1);
-  VocabParallelEmbedding emb(vocab, dim, tp, {.dtype = DType::kF64}, &g2);
-  Tensor ids = Tensor::empty({3, 7}, DType::kI64);
-  ids_gen.fill_randint(ids.data<int64_t>(), ids.numel(), 0, vocab);
-  ids.data<int64_t>()[0] = vocab - 1;  // the last row (next to the padding)
-  const Tensor dy = random({3, 7, dim}, 6);
-  const Tensor y = whole.forward(ids);
-  whole.backward(dy);
-  f.close("VocabParallelEmbedding: output", emb.forward(ids), y);
-  emb.backward(dy);
-  const auto segs = split_segments(vocab, tp->size(), tp->rank());
-  f.close("VocabParallelEmbedding: weight gradient", emb.weight().grad(),
-          local_of(whole.weight().grad(), 0, segs, emb.num_embeddings()));
-  f.close("VocabParallelEmbedding: weight", emb.weight().data(),
-          local_of(whole.weight().data(), 0, segs, emb.num_embeddings()), 0.0);
+  const int64_t vocab = 37, dim = 5, seq = 3 * tp->size();
+  for (bool sp : {false, true}) {
+    // padding_idx: in the first rank's rows, in the last real row (next to the padding).
+    for (int64_t pad : {int64_t{-1}, int64_t{2}, vocab - 1}) {
+      const std::string what = std::string("VocabParallelEmbedding sp ") + (sp ? "1" : "0") +
+                               " padding_idx " + std::to_string(pad);
+      Generator g1(13), g2(13), ids_gen(5);
+      nn::Embedding whole(vocab, dim, DType::kF64, &g1);
+      if (pad >= 0) whole.set_padding_idx(pad);
+      Generator unused(0);
+      nn::Embedding copy(vocab, dim, DType::kF64, &unused);
+      copy.weight().data().copy_(whole.weight().data());
+      if (pad >= 0) copy.set_padding_idx(pad);
+      // Built from a generator (no padding_idx) and taken from a whole layer (its padding_idx).
+      VocabParallelEmbedding drawn(vocab, dim, tp, {.dtype = DType::kF64, .sequence_parallel = sp},
+                                   &g2);
+      auto emb = VocabParallelEmbedding::from_embedding(copy, tp, {.sequence_parallel = sp});
+      f.close(what + ": weight from a generator", drawn.weight().data(), emb->weight().data(), 0.0);
+      Tensor ids = Tensor::empty({3, seq}, DType::kI64);
+      ids_gen.fill_randint(ids.data<int64_t>(), ids.numel(), 0, vocab);
+      ids.data<int64_t>()[0] = vocab - 1;
+      ids.data<int64_t>()[4] = ids.data<int64_t>()[seq + 1] = pad >= 0 ? pad : 0;
+      const Tensor dy = random({3, seq, dim}, 6);
+      const Tensor y = whole.forward(ids);
+      whole.backward(dy);
+      f.close(what + ": output", emb->forward(ids), sp ? part(y, 1, *tp) : y);
+      emb->backward(sp ? part(dy, 1, *tp) : dy);
+      const auto segs = split_segments(vocab, tp->size(), tp->rank());
+      f.close(what + ": weight gradient", emb->weight().grad(),
+              local_of(whole.weight().grad(), 0, segs, emb->num_embeddings()));
+      f.close(what + ": weight", emb->weight().data(),
+              local_of(whole.weight().data(), 0, segs, emb->num_embeddings()), 0.0);
+    }
+  }
+  VocabParallelEmbedding emb(vocab, dim, tp, {.dtype = DType::kF64});
   bool threw = false;
   try {
     Tensor bad = Tensor::full({1, 1}, vocab, DType::kI64);
@@ -245,6 +263,21 @@ inline void check_sequence_parallel(const std::shared_ptr<ProcessGroup>& tp, Fai
             scale(whole.weight().grad(), 2.0));
     f.close("SequenceParallelLayerNorm: bias gradient", ln.bias().grad(),
             scale(whole.bias().grad(), 2.0));
+  }
+  for (auto mode : {nn::RmsNormWeight::kFused, nn::RmsNormWeight::kAfterCast}) {
+    const std::string what = std::string("SequenceParallelRMSNorm ") +
+                             (mode == nn::RmsNormWeight::kFused ? "fused" : "after cast");
+    nn::RMSNorm whole(dim, 1e-6, DType::kF64, mode);
+    SequenceParallelRMSNorm rms(dim, 1e-6, DType::kF64, mode, tp);
+    whole.weight().data().copy_(random({dim}, 24));
+    rms.weight().data().copy_(random({dim}, 24));
+    const Tensor x = random({2, seq, dim}, 25), dy = random({2, seq, dim}, 26);
+    const Tensor y = whole.forward(x), dx = whole.backward(dy);
+    for (int pass = 0; pass < 2; ++pass) {
+      f.close(what + ": output", rms.forward(part(x, 1, *tp)), part(y, 1, *tp));
+      f.close(what + ": input gradient", rms.backward(part(dy, 1, *tp)), part(dx, 1, *tp));
+    }
+    f.close(what + ": weight gradient", rms.weight().grad(), scale(whole.weight().grad(), 2.0));
   }
   for (bool scatter : {false, true}) {
     const std::string what =

@@ -159,23 +159,41 @@ nn::GPTConfig small_config() {
   return c;
 }
 
-// One cross-entropy step of a TP-split causal LM against the whole model on the same ids
-// (f64): the loss, and every parameter's gradient against its slice of the whole one.
+struct StepCheck {
+  int64_t seq = 6;
+  double tol = 1e-11;  // normalized per tensor (Failures::close)
+  int64_t pad = -1;    // >= 0: some ids are this one (the embedding's padding_idx)
+};
+
+// One cross-entropy step of a TP-split causal LM against the whole model on the same ids:
+// the logits (this rank's vocabulary columns), the loss, and every parameter's gradient against
+// its slice of the whole one.
 void expect_tp_matches_whole(nn::CausalLM& whole, nn::CausalLM& split,
                              const TensorParallelPlan& plan,
-                             const std::shared_ptr<ProcessGroup>& tp, int64_t vocab_size) {
-  Tensor ids = Tensor::empty({2, 6}, DType::kI64), labels = Tensor::empty({2, 6}, DType::kI64);
+                             const std::shared_ptr<ProcessGroup>& tp, int64_t vocab_size,
+                             const StepCheck& c = {}) {
+  Tensor ids = Tensor::empty({2, c.seq}, DType::kI64);
+  Tensor labels = Tensor::empty({2, c.seq}, DType::kI64);
   Generator data(4);
   data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, vocab_size);
   data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, vocab_size);
+  if (c.pad >= 0) ids.data<int64_t>()[1] = ids.data<int64_t>()[c.seq + 2] = c.pad;
   nn::CrossEntropyLoss ce;
   VocabParallelCrossEntropy vce(tp, {.vocab_size = vocab_size});
-  const Tensor loss = ce.forward(whole.forward(ids), labels);
+  const Tensor logits = whole.forward(ids);
+  const Tensor loss = ce.forward(logits, labels);
   whole.backward(ce.backward());
-  const Tensor loss_tp = vce.forward(split.forward(ids), labels);
+  const Tensor logits_tp = split.forward(ids);
+  const Tensor loss_tp = vce.forward(logits_tp, labels);
   split.backward(vce.backward());
   tp_testing::Failures f;
-  f.close("loss", loss_tp, loss);
+  const int64_t local = logits_tp.size(2);
+  f.close(
+      "logits", logits_tp,
+      tp_testing::local_of(
+          logits, 2, split_segments(vocab_size, tp->size(), tp->rank(), local * tp->size()), local),
+      c.tol);
+  f.close("loss", loss_tp, loss, c.tol);
   const auto want = whole.named_parameters();
   const auto got = split.named_parameters();
   ASSERT_EQ(want.size(), got.size());
@@ -187,7 +205,7 @@ void expect_tp_matches_whole(nn::CausalLM& whole, nn::CausalLM& split,
       expected = tp_testing::local_of(expected, static_cast<int>(s->dim), s->segments,
                                       p.data().size(static_cast<int>(s->dim)));
     }
-    f.close(got[i].first + " gradient", p.grad(), expected, 1e-11);
+    f.close(got[i].first + " gradient", p.grad(), expected, c.tol);
   }
   for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
 }
@@ -255,35 +273,153 @@ TEST(ParallelizeGpt, LogitsAndGradientsMatchTheWholeModel) {
   }
 }
 
-// The second family through the same parallelize: a TP = 2 Llama (grouped-query attention,
-// untied and tied heads) gives the whole model's logits and every gradient (f64), and one built
-// on the meta device gets the slices of a whole init_weights.
+nn::LlamaConfig small_llama(bool tied, DType dtype) {
+  nn::LlamaConfig cfg;
+  cfg.vocab_size = 37;  // padded at TP 2 and 4
+  cfg.hidden_size = 32;
+  cfg.intermediate_size = 40;
+  cfg.num_hidden_layers = 2;
+  cfg.num_attention_heads = 8;
+  cfg.num_key_value_heads = 4;  // grouped: 2 query heads per key / value head on every rank
+  cfg.max_position_embeddings = 16;
+  cfg.tie_word_embeddings = tied;
+  cfg.pad_token_id = 5;
+  cfg.dtype = dtype;
+  return cfg;
+}
+
+// The second family through the same parallelize: a Llama at TP = 2 and 4 (grouped-query
+// attention, untied and tied heads, a padding id among the ids), with and without sequence
+// parallelism (the sequence split at embed_tokens, RMSNorms on T / tp positions), gives the
+// whole model's logits and every gradient, in f64 and in f32.
 TEST(ParallelizeLlama, LogitsAndGradientsMatchTheWholeModel) {
+  for (int parts : {2, 4}) {
+    for (DType dtype : {DType::kF64, DType::kF32}) {
+      on_ranks(parts, [dtype](std::shared_ptr<ProcessGroup> tp) {
+        for (bool sp : {false, true}) {
+          for (bool tied : {false, true}) {
+            SCOPED_TRACE(std::string("tp ") + std::to_string(tp->size()) + " " +
+                         std::string(dtype_name(dtype)) + (sp ? " sp" : "") +
+                         (tied ? " tied" : " untied"));
+            const nn::LlamaConfig cfg = small_llama(tied, dtype);
+            Generator g1(3), g2(3);
+            nn::Llama whole(cfg), model(cfg);
+            whole.init_weights(g1);
+            model.init_weights(g2);
+            auto plan = parallelize(model, tp, model.parallel_plan(), {.sequence_parallel = sp});
+            // embed_tokens (+ lm_head untied), per layer q, k, v, o, gate, up, down.
+            EXPECT_EQ(plan->num_split(), (tied ? 1u : 2u) + 2u * 7u);
+            EXPECT_EQ(plan->sequence_parallel(), sp);
+            const bool f64 = dtype == DType::kF64;
+            expect_tp_matches_whole(whole, model, *plan, tp, cfg.vocab_size,
+                                    {.seq = 8, .tol = f64 ? 1e-11 : 1e-5, .pad = cfg.pad_token_id});
+          }
+        }
+      });
+    }
+  }
+}
+
+// Under sequence parallelism the Llama's split layers are the ones its plan names: the
+// embedding reduce-scatters, the RMSNorms are sequence-parallel; a hidden state is [B, T/tp, d]
+// between the layers. A plan whose sequence_scatter names an embedding that is not vocab
+// parallel is an error naming it; a plan without sequence rules is refused naming the model.
+TEST(ParallelizeLlama, SequenceParallelLayersAndErrors) {
+  on_ranks(2, [](std::shared_ptr<ProcessGroup> tp) {
+    const nn::LlamaConfig cfg = small_llama(false, DType::kF64);
+    nn::Llama model(cfg);
+    parallelize(model, tp, model.parallel_plan(), {.sequence_parallel = true});
+    auto* emb = dynamic_cast<VocabParallelEmbedding*>(
+        model.get_submodule("model").child("embed_tokens").get());
+    ASSERT_NE(emb, nullptr);
+    EXPECT_TRUE(emb->sequence_parallel());
+    EXPECT_EQ(emb->padding_idx(), tp->rank() == 0 ? cfg.pad_token_id : -1);
+    for (const char* norm : {"model.layers.0.input_layernorm",
+                             "model.layers.1.post_attention_layernorm", "model.norm"}) {
+      EXPECT_NE(dynamic_cast<SequenceParallelRMSNorm*>(&model.get_submodule(norm)), nullptr)
+          << norm;
+    }
+    const Tensor ids = Tensor::zeros({2, 8}, DType::kI64);
+    EXPECT_EQ(emb->forward(ids).shape(), (Shape{2, 4, cfg.hidden_size}));
+    expect_error(
+        [&] {
+          emb->forward(Tensor::zeros({2, 7}, DType::kI64));
+        },
+        ErrorKind::kInvalidArgument, "VocabParallelEmbedding");
+
+    nn::ParallelPlan no_vocab = model.parallel_plan();
+    std::erase_if(no_vocab.tensor_parallel, [](const nn::TensorParallelRule& r) {
+      return r.style == nn::TensorParallelStyle::kVocabEmbedding;
+    });
+    nn::Llama other(cfg);
+    expect_error([&] { parallelize(other, tp, no_vocab, {.sequence_parallel = true}); },
+                 ErrorKind::kInvalidArgument,
+                 "'model.embed_tokens' is an Embedding without a vocab_embedding rule");
+    nn::ParallelPlan no_sp = model.parallel_plan();
+    no_sp.sequence_parallel.clear();
+    nn::Llama third(cfg);
+    expect_error([&] { parallelize(third, tp, no_sp, {.sequence_parallel = true}); },
+                 ErrorKind::kNotSupported, "LlamaForCausalLM's plan has no sequence-parallel form");
+  });
+}
+
+// TP x PP for the Llama under sequence parallelism: two LlamaStages split by parallelize compute
+// the split Llama's logits and gradients bit for bit; the hidden state between them is this
+// rank's T / tp positions (the first stage's embedding reduce-scatters).
+TEST(ParallelizeLlama, TwoStagesMatchTheParallelizedLlama) {
   for (bool tied : {false, true}) {
     on_ranks(2, [tied](std::shared_ptr<ProcessGroup> tp) {
-      nn::LlamaConfig cfg;
-      cfg.vocab_size = 37;
-      cfg.hidden_size = 24;
-      cfg.intermediate_size = 40;
-      cfg.num_hidden_layers = 2;
-      cfg.num_attention_heads = 4;
-      cfg.num_key_value_heads = 2;
-      cfg.max_position_embeddings = 16;
-      cfg.tie_word_embeddings = tied;
-      cfg.dtype = DType::kF64;
-      Generator g1(3), g2(3);
-      nn::Llama whole(cfg), model(cfg);
-      whole.init_weights(g1);
-      model.init_weights(g2);
-      auto plan = parallelize(model, tp, model.parallel_plan());
-      // embed_tokens (+ lm_head untied), per layer q, k, v, o, gate, up, down.
-      EXPECT_EQ(plan->num_split(), (tied ? 1u : 2u) + 2u * 7u);
-      expect_tp_matches_whole(whole, model, *plan, tp, cfg.vocab_size);
-      // Llama has no sequence-parallel form: asking for one is refused by name.
-      nn::Llama other(cfg);
-      expect_error(
-          [&] { parallelize(other, tp, other.parallel_plan(), {.sequence_parallel = true}); },
-          ErrorKind::kNotSupported, "LlamaForCausalLM's plan has no sequence-parallel form");
+      const nn::LlamaConfig cfg = small_llama(tied, DType::kF64);
+      nn::Llama model(cfg);
+      Generator g1(3);
+      model.init_weights(g1);
+      const NamedTensors whole_state = model.state_dict();
+      auto s0 = model.make_stage({.first_block = 0, .end_block = 1, .embedding = true});
+      auto s1 = model.make_stage({.first_block = 1, .end_block = 2, .head = true});
+      for (auto* st : {s0.get(), s1.get()}) {
+        NamedTensors part;
+        for (auto& [name, t] : whole_state) {
+          for (auto& [mine, u] : st->state_dict()) {
+            if (mine == name) part.emplace_back(name, t);
+          }
+        }
+        // The tied head's replica takes the embedding's values.
+        if (tied && st == s1.get())
+          part.emplace_back("lm_head.weight",
+                            model.get_submodule("model.embed_tokens").param("weight").data());
+        st->load_state_dict(part);
+      }
+      parallelize(model, tp, model.parallel_plan(), {.sequence_parallel = true});
+      parallelize(*s0, tp, model.parallel_plan(), {.sequence_parallel = true});
+      parallelize(*s1, tp, model.parallel_plan(), {.sequence_parallel = true});
+      Tensor ids = Tensor::empty({2, 8}, DType::kI64), labels = Tensor::empty({2, 8}, DType::kI64);
+      Generator data(4);
+      data.fill_randint(ids.data<int64_t>(), ids.numel(), 0, cfg.vocab_size);
+      data.fill_randint(labels.data<int64_t>(), labels.numel(), 0, cfg.vocab_size);
+      ids.data<int64_t>()[3] = cfg.pad_token_id;
+      VocabParallelCrossEntropy vce(tp, {.vocab_size = cfg.vocab_size});
+      const Tensor loss = vce.forward(model.forward(ids), labels);
+      model.backward(vce.backward());
+      const Tensor h = s0->forward(ids);
+      EXPECT_EQ(h.shape(), (Shape{2, 4, cfg.hidden_size}));
+      const Tensor loss_pp = vce.forward(s1->forward(h), labels);
+      s0->backward(s1->backward(vce.backward()));
+      tp_testing::Failures f;
+      f.close("loss", loss_pp, loss, 0.0);
+      std::map<std::string, Tensor> grads;
+      for (auto* st : {s0.get(), s1.get()}) {
+        for (auto& [name, prm] : st->named_parameters()) grads[name] = prm.grad();
+      }
+      // The Llama adds the head's part, then the embedding's.
+      if (tied) {
+        grads["model.embed_tokens.weight"] =
+            add(grads.at("lm_head.weight"), grads.at("model.embed_tokens.weight"));
+      }
+      for (auto& [name, prm] : model.named_parameters()) {
+        ASSERT_TRUE(grads.count(name)) << name;
+        f.close(name + " gradient", grads.at(name), prm.grad(), 0.0);
+      }
+      for (const auto& line : f.lines) ADD_FAILURE() << "rank " << tp->rank() << ": " << line;
     });
   }
 }

@@ -2,17 +2,18 @@
 //
 //   tp_worker layers
 //       every rank of the world is one tp group: the layer checks of tp_scenarios.h
-//   tp_worker train --tp T [--stage none|0|1|2|3] [--sp] [--dropout P] [--clip C]
-//                   [--checkpointing] [--bf16] [--overlap] [--steps N] [--G G] [--save-at K DIR]
-//                   [--resume DIR --start K] [--tol X]
-//       a DeviceMesh (dp = WORLD_SIZE / T, tp = T); a small GPT split over tp (T > 1:
+//   tp_worker train --tp T [--model gpt2|llama] [--tied] [--stage none|0|1|2|3] [--sp]
+//                   [--dropout P] [--clip C] [--checkpointing] [--bf16] [--overlap] [--steps N]
+//                   [--G G] [--save-at K DIR] [--resume DIR --start K] [--tol X]
+//       a DeviceMesh (dp = WORLD_SIZE / T, tp = T); a small GPT (or Llama: grouped-query
+//       attention, a pad id, --tied for a tied head; no dropout) split over tp (T > 1:
 //       parallelize) and, unless --stage none, wrapped by a ShardedModel over dp at that
-//       ZeRO stage. Every rank first trains the same GPT in one process on the same global
+//       ZeRO stage. Every rank first trains the same model in one process on the same global
 //       batch (the reference), then the parallel run; each step's loss and clipped norm, and
 //       at the end every parameter (this rank's slice of the reference's), must agree within
 //       the tolerance (max |a - b| over the model / max |reference|).
-//   tp_worker check-ckpt DIR STEPS [--dropout P] [--clip C]
-//       one process: the checkpoint holds every parameter whole under its GPT name and equals
+//   tp_worker check-ckpt DIR STEPS [--model M] [--tied] [--dropout P] [--clip C]
+//       one process: the checkpoint holds every parameter whole under its model's name and equals
 //       the reference after STEPS steps (within 2e-4), with the optimizer's state beside it
 //
 // Global batch: G micro-batches of 2 sequences of 8 tokens, a function of (step, micro-batch);
@@ -31,6 +32,7 @@
 #include "braid/core/rng.h"
 #include "braid/nn/clip_grad.h"
 #include "braid/nn/gpt.h"
+#include "braid/nn/llama.h"
 #include "braid/nn/optim.h"
 #include "braid/shard/checkpoint.h"
 #include "braid/shard/device_mesh.h"
@@ -46,16 +48,42 @@ using namespace braid::shard;
 
 constexpr int64_t kVocab = 37;
 
-nn::GPTConfig config(double dropout, bool checkpointing) {
+struct Opts {
+  int64_t tp = 1, steps = 3, G = 4, save_at = -1, start = 0;
+  std::string model = "gpt2", stage = "none", save_dir, resume_dir;
+  bool sp = false, checkpointing = false, bf16 = false, tied = false;
+  bool overlap = false;  // the ShardedModel's communication thread (off: its default here)
+  double dropout = 0, clip = 0, tol = 2e-4;
+};
+
+// The same model on every rank (--model): GPT-2, or a Llama whose 8 query heads read 4 key /
+// value heads (grouped at TP 2 and 4), with a pad id among the tokens.
+std::shared_ptr<nn::CausalLM> make_model(const Opts& o) {
+  if (o.model == "llama") {
+    nn::LlamaConfig c;
+    c.activation_checkpointing = o.checkpointing;
+    c.vocab_size = kVocab;
+    c.hidden_size = 32;
+    c.intermediate_size = 40;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 4;
+    c.max_position_embeddings = 16;
+    c.tie_word_embeddings = o.tied;
+    c.pad_token_id = 3;
+    return std::make_shared<nn::Llama>(c);
+  }
+  BRAID_CHECK(o.model == "gpt2" && !o.tied, kInvalidArgument, "tp_worker: --model ", o.model,
+              o.tied ? " --tied" : "", " is not one of gpt2, llama [--tied]");
   nn::GPTConfig c;
-  c.activation_checkpointing = checkpointing;
+  c.activation_checkpointing = o.checkpointing;
   c.vocab_size = kVocab;
   c.n_positions = 16;
   c.n_embd = 24;
   c.n_layer = 2;
   c.n_head = 4;
-  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
-  return c;
+  c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = o.dropout;
+  return std::make_shared<nn::GPT>(c);
 }
 
 std::pair<Tensor, Tensor> micro_batch(int64_t step, int64_t m) {
@@ -70,14 +98,6 @@ void seed_for(int64_t step, int64_t m) {
                                       static_cast<uint64_t>(m));
 }
 
-struct Opts {
-  int64_t tp = 1, steps = 3, G = 4, save_at = -1, start = 0;
-  std::string stage = "none", save_dir, resume_dir;
-  bool sp = false, checkpointing = false, bf16 = false;
-  bool overlap = false;  // the ShardedModel's communication thread (off: its default here)
-  double dropout = 0, clip = 0, tol = 2e-4;
-};
-
 amp::AutocastScope autocast(const Opts& o) {
   return o.bf16 ? amp::AutocastScope(DType::kBF16) : amp::AutocastScope::noop();
 }
@@ -85,14 +105,14 @@ amp::AutocastScope autocast(const Opts& o) {
 const nn::OptimizerOptions kAdam{.lr = 1e-2, .weight_decay = 0.1};
 
 struct Reference {
-  std::shared_ptr<nn::GPT> gpt;
+  std::shared_ptr<nn::CausalLM> gpt;
   std::vector<double> losses, norms;
 };
 
 // One process, ordinary gradient accumulation over the G micro-batches of each step.
 Reference train_reference(const Opts& o, int64_t steps) {
   Reference ref;
-  ref.gpt = std::make_shared<nn::GPT>(config(o.dropout, o.checkpointing));
+  ref.gpt = make_model(o);
   Generator init(42);
   ref.gpt->init_weights(init);
   nn::AdamW opt(ref.gpt->parameters(), kAdam);
@@ -132,7 +152,7 @@ int train(const Opts& o) {
   const auto tp = mesh.group("tp"), dpg = mesh.group("dp");
   const Reference ref = train_reference(o, o.steps);
 
-  auto gpt = std::make_shared<nn::GPT>(config(o.dropout, o.checkpointing));
+  std::shared_ptr<nn::CausalLM> gpt = make_model(o);
   Generator init(42);
   gpt->init_weights(init);
   std::shared_ptr<TensorParallelPlan> plan;
@@ -142,7 +162,7 @@ int train(const Opts& o) {
     ShardingOptions so;
     so.stage = zero_stage_from_int(std::stoll(o.stage));
     so.wrap.kind = WrapKind::kTransformerBased;
-    so.wrap.transformer_cls_names_to_wrap = {"GPT2Block"};
+    so.wrap.transformer_cls_names_to_wrap = {"GPT2Block", "LlamaDecoderLayer"};
     so.tensor_parallel = plan;
     so.checkpoint_group = world;
     if (o.overlap) so.overlap = true;
@@ -242,9 +262,10 @@ int train(const Opts& o) {
   for (const auto& f : failures)
     std::fprintf(stderr, "tp_worker rank %d: FAIL %s\n", world->rank(), f.c_str());
   if (!failures.empty()) return 1;
-  std::printf("tp_worker rank %d: %s tp %lld stage %s%s OK (largest difference %.3g of %s)\n",
-              world->rank(), mesh.str().c_str(), static_cast<long long>(o.tp), o.stage.c_str(),
-              o.sp ? " sp" : "", worst, worst_name.c_str());
+  std::printf("tp_worker rank %d: %s%s %s tp %lld stage %s%s OK (largest difference %.3g of %s)\n",
+              world->rank(), gpt->type_name().c_str(), o.tied ? " (tied)" : "", mesh.str().c_str(),
+              static_cast<long long>(o.tp), o.stage.c_str(), o.sp ? " sp" : "", worst,
+              worst_name.c_str());
   world->barrier();
   return 0;
 }
@@ -281,8 +302,8 @@ int check_checkpoint(const std::string& dir, int64_t steps, const Opts& o) {
     ++bad;
   }
   if (bad != 0) return 1;
-  std::printf("check-ckpt: %s holds the global GPT (largest difference %.3g)\n", dir.c_str(),
-              worst);
+  std::printf("check-ckpt: %s holds the global %s (largest difference %.3g)\n", dir.c_str(),
+              ref.gpt->type_name().c_str(), worst);
   return 0;
 }
 
@@ -306,6 +327,10 @@ Opts parse(int argc, char** argv, int first) {
     const bool more = i + 1 < argc;
     if (a == "--tp" && more)
       o.tp = std::stoll(argv[++i]);
+    else if (a == "--model" && more)
+      o.model = argv[++i];
+    else if (a == "--tied")
+      o.tied = true;
     else if (a == "--stage" && more)
       o.stage = argv[++i];
     else if (a == "--sp")

@@ -37,9 +37,12 @@ enum class TensorParallelStyle : uint8_t {
   kHeads,           // an attention module (AttentionHeads) that keeps this rank's heads
   // Sequence parallelism only (ParallelPlan::sequence_parallel): the module works on this
   // rank's positions of the sequence.
-  kSequenceNorm,     // a LayerNorm (its weight gradient summed over tp)
+  kSequenceNorm,     // a LayerNorm or RMSNorm (its weight gradient summed over tp)
   kSequenceDropout,  // a Dropout drawing the unsplit mask's elements for those positions
-  kSequenceScatter,  // the Dropout where the sequence is split: it keeps this rank's positions
+  kSequenceScatter,  // where the sequence is split: a Dropout keeps this rank's positions of its
+                     // whole input; the vocab embedding (kVocabEmbedding) reduce-scatters its
+                     // partial rows along the sequence instead of all-reducing them (a model
+                     // without an embedding dropout, as Llama)
 };
 // "colwise", "rowwise", "vocab_embedding", "vocab_head", "heads", "sequence_norm",
 // "sequence_dropout", "sequence_scatter".

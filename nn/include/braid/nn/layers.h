@@ -99,6 +99,11 @@ class Embedding : public Layer {
   Parameter& weight() { return param("weight"); }
   int64_t num_embeddings() const { return num_; }
   int64_t dim() const { return dim_; }
+  // torch's padding_idx: positions holding this id add nothing to the weight's gradient (its
+  // row is still looked up; the caller zeroes it at initialization). -1: none. kOutOfRange
+  // outside [-1, num_embeddings).
+  void set_padding_idx(int64_t id);
+  int64_t padding_idx() const { return padding_idx_; }
 
  protected:
   Tensor forward_impl(const Tensor& ids) override;
@@ -106,6 +111,7 @@ class Embedding : public Layer {
 
  private:
   int64_t num_, dim_;
+  int64_t padding_idx_ = -1;
 };
 
 // ---- normalization -------------------------------------------------------------------------
@@ -144,6 +150,9 @@ class RMSNorm : public Layer {
   explicit RMSNorm(int64_t dim, double eps = 1e-6, DType dtype = DType::kF32,
                    RmsNormWeight weight_mode = RmsNormWeight::kFused);
   Parameter& weight() { return param("weight"); }
+  int64_t dim() const { return dim_; }
+  double eps() const { return eps_; }
+  RmsNormWeight weight_mode() const { return weight_mode_; }
 
  protected:
   Tensor forward_impl(const Tensor& x) override;

@@ -133,7 +133,8 @@ class Llama : public CausalLM {
   std::string model_type() const override { return "llama"; }
   // q/k/v_proj and gate/up_proj column-parallel, o_proj / down_proj row-parallel, self_attn by
   // heads, embed_tokens vocab-parallel, lm_head over the padded vocabulary; blocks at
-  // "model.layers"; the tied pair only with tie_word_embeddings. No sequence-parallel form
+  // "model.layers"; the tied pair only with tie_word_embeddings. Sequence parallelism splits
+  // the sequence at embed_tokens (reduce-scattered) and runs the RMSNorms on seq / tp positions
   // (see llama.cc).
   const ParallelPlan& parallel_plan() const override { return plan_; }
   std::shared_ptr<CausalLMStage> make_stage(const StageSpec& spec) const override;

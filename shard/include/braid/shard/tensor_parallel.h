@@ -215,15 +215,22 @@ struct VocabParallelOptions {
   // up to a multiple of tp; pad_vocab_size gives Megatron's). Padding rows start at zero and
   // are never looked up.
   int64_t padded_num_embeddings = 0;
+  // Reduce-scatter the output along the sequence (dim 1) instead of all-reducing it: each rank
+  // gets [B, T / tp, dim], where sequence parallelism starts in a model with no dropout after
+  // its embedding (Llama); backward all-gathers the gradient along the sequence. The ids are
+  // whole [B, T] on every rank; T must be a multiple of tp.
+  bool sequence_parallel = false;
 };
 
 // An Embedding whose rows (the vocabulary) are split over tp (Megatron's
 // VocabParallelEmbedding): rank r holds rows [r V', (r + 1) V') of the padded table (V' =
 // padded / tp; num_embeddings() is V', global_num_embeddings() the whole vocabulary). forward: ids
 // in its range are looked up (shifted), the others give zero rows, and the partial outputs are
-// all-reduced; backward: each rank adds the gradient rows of its own ids (no collective).
-// Initialized as this rank's rows of nn::Embedding(num, dim, dtype, gen). ids outside [0,
-// num_embeddings) throw kOutOfRange naming the id.
+// all-reduced (sequence_parallel: reduce-scattered along dim 1); backward: each rank adds the
+// gradient rows of its own ids (no collective; sequence_parallel: after an all_gather of the
+// gradient along dim 1). Initialized as this rank's rows of nn::Embedding(num, dim, dtype, gen).
+// from_embedding keeps the whole layer's padding_idx when this rank holds that row. ids outside
+// [0, num_embeddings) throw kOutOfRange naming the id.
 class VocabParallelEmbedding : public nn::Embedding, public TensorParallelLayer {
  public:
   VocabParallelEmbedding(int64_t num_embeddings, int64_t dim, std::shared_ptr<ProcessGroup> tp,
@@ -233,6 +240,7 @@ class VocabParallelEmbedding : public nn::Embedding, public TensorParallelLayer 
                                                                 VocabParallelOptions options = {});
   int64_t global_num_embeddings() const { return global_num_; }
   int64_t vocab_start() const { return vocab_start_; }  // this rank's first row
+  bool sequence_parallel() const { return sequence_parallel_; }
   std::vector<std::pair<std::string, TensorSlice>> tp_slices() const override;
   const std::shared_ptr<ProcessGroup>& tp_group() const override { return tp_; }
 
@@ -247,6 +255,7 @@ class VocabParallelEmbedding : public nn::Embedding, public TensorParallelLayer 
   void load_from(nn::Embedding& whole);
   std::shared_ptr<ProcessGroup> tp_;
   int64_t global_num_, vocab_start_, padded_;
+  bool sequence_parallel_;
 };
 
 // A LayerNorm in the sequence-parallel region: each rank normalizes its part of the sequence
@@ -258,6 +267,23 @@ class SequenceParallelLayerNorm : public nn::LayerNorm, public TensorParallelLay
  public:
   SequenceParallelLayerNorm(int64_t dim, double eps, nn::Bias bias, DType dtype,
                             std::shared_ptr<ProcessGroup> tp);
+  std::vector<std::pair<std::string, TensorSlice>> tp_slices() const override { return {}; }
+  const std::shared_ptr<ProcessGroup>& tp_group() const override { return tp_; }
+
+ protected:
+  Tensor backward_impl(const Tensor& grad_output) override;
+
+ private:
+  std::shared_ptr<ProcessGroup> tp_;
+};
+
+// The RMSNorm counterpart (Llama's input_layernorm, post_attention_layernorm, model.norm): each
+// rank normalizes its positions with the replicated weight; backward all-reduces this pass's
+// weight gradient over tp before adding it, as SequenceParallelLayerNorm.
+class SequenceParallelRMSNorm : public nn::RMSNorm, public TensorParallelLayer {
+ public:
+  SequenceParallelRMSNorm(int64_t dim, double eps, DType dtype, nn::RmsNormWeight weight_mode,
+                          std::shared_ptr<ProcessGroup> tp);
   std::vector<std::pair<std::string, TensorSlice>> tp_slices() const override { return {}; }
   const std::shared_ptr<ProcessGroup>& tp_group() const override { return tp_; }
 
@@ -362,8 +388,8 @@ class TensorParallelPlan {
 // ---- applying a model's plan ---------------------------------------------------------------
 
 struct TensorParallelOptions {
-  // Megatron's sequence parallelism: the plan's sequence_parallel rules apply too (LayerNorms
-  // and dropouts work on seq / tp positions; T must be a multiple of tp).
+  // Megatron's sequence parallelism: the plan's sequence_parallel rules apply too (norms and
+  // dropouts work on seq / tp positions; T must be a multiple of tp).
   bool sequence_parallel = false;
   // Megatron's make_vocab_size_divisible_by: the vocab embedding's rows (and the head's
   // logits) are padded to pad_vocab_size(vocab, tp, vocab_divisible_by).
@@ -390,13 +416,15 @@ struct TensorParallelOptions {
 //                    the embedding split as the embedding is, so tp rank r's replica is rank
 //                    r's rows of the first stage's
 //   with sequence_parallel, the plan's sequence rules: sequence_norm SequenceParallelLayerNorm
-//   (same handles), sequence_dropout SequenceParallelDropout, sequence_scatter a scattering
-//   SequenceParallelDropout; and the column / row layers gather / reduce-scatter along the
-//   sequence.
+//   or SequenceParallelRMSNorm (same handles), sequence_dropout SequenceParallelDropout,
+//   sequence_scatter a scattering SequenceParallelDropout, or on the vocab embedding its
+//   reduce-scatter along the sequence (VocabParallelOptions::sequence_parallel); and the
+//   column / row layers gather / reduce-scatter along the sequence.
 // Each parameter keeps its values (the rank's slice of them), so a model initialized whole on
 // every rank is split into the parts of that one initialization. kInvalidArgument naming the
 // module: a style on the wrong kind of layer, a head count not divisible by tp, an already
-// parallel tree; kNotSupported: sequence parallelism for a plan without a sequence form.
+// parallel tree; kNotSupported naming the model: sequence parallelism for a plan without
+// sequence rules.
 // Returns the slices for ShardingOptions::tensor_parallel and the clipping below. Afterwards
 // the model's init_weights_range and generate() see local shapes: initialize before.
 std::shared_ptr<TensorParallelPlan> parallelize(nn::Module& root, std::shared_ptr<ProcessGroup> tp,
