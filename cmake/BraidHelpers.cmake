@@ -99,13 +99,14 @@ function(braid_link_components_everywhere dir)
   endforeach()
 endfunction()
 
-# braid_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...])
-# A GoogleTest binary whose cases are registered with ctest one by one.
+# braid_add_test(<name> SOURCES ... [DEPS ...] [LABELS ...] [TIMEOUT seconds])
+# A GoogleTest binary whose cases are registered with ctest one by one. TIMEOUT sets each
+# case's ctest timeout (which ctest's --timeout does not override); without it, --timeout's.
 function(braid_add_test name)
   if(NOT BRAID_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT ARG_SOURCES)
     return()
   endif()
@@ -118,8 +119,12 @@ function(braid_add_test name)
   # gtest_discover_tests flattens a list in PROPERTIES, so "unit;comm" would lose "comm".
   # Instead, a file ctest includes after discovery labels every test the binary listed.
   gtest_discover_tests(${name} TEST_LIST ${name}_TESTS DISCOVERY_TIMEOUT 60)
+  set(properties "LABELS \"${labels}\"")
+  if(ARG_TIMEOUT)
+    string(APPEND properties " TIMEOUT ${ARG_TIMEOUT}")
+  endif()
   set(label_file ${CMAKE_CURRENT_BINARY_DIR}/${name}_labels.cmake)
   file(WRITE ${label_file}
-    "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES LABELS \"${labels}\")\nendif()\n")
+    "if(${name}_TESTS)\n  set_tests_properties(\${${name}_TESTS} PROPERTIES ${properties})\nendif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${label_file})
 endfunction()

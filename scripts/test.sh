@@ -48,7 +48,10 @@ if [[ ${BRAID_SKIP_ASAN:-0} != 1 ]]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   # The kill soak (label soak) runs in the Release pass only: docs/faults.md, "Kill soak".
-  step "ctest build-asan/" ctest --test-dir build-asan "${ctest_args[@]}" -LE "gpu|soak"
+  # So do the tests labelled large: minutes of GEMMs at a real model size in Release, several
+  # times that at -O1 with the sanitizers (not measured), on code that smaller tests run here
+  # (docs/layout.md, "Labels with a special meaning").
+  step "ctest build-asan/" ctest --test-dir build-asan "${ctest_args[@]}" -LE "gpu|soak|large"
 fi
 
 if [[ ${BRAID_SKIP_FUZZ:-0} != 1 ]]; then
