@@ -133,8 +133,9 @@ def write(out):
             with open(os.path.join(folder, "generation.json"), "w") as f:  # a key a line
                 f.write("{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}"
                                             for k, v in gen.items()) + "\n}\n")
-            save_file(tensors, os.path.join(folder, "logits.safetensors"),
-                      metadata={k: str(v) for k, v in versions().items()})
+            # No metadata: safetensors writes its keys in hash order, and the versions are in
+            # generation.json; so a rerun gives the same bytes.
+            save_file(tensors, os.path.join(folder, "logits.safetensors"))
             for f in os.listdir(folder):
                 os.chmod(os.path.join(folder, f), 0o644)
             print(name, fmt, "tokens", tokens, "== f32" if tokens == tokens_f32 else "!= f32")
@@ -157,7 +158,10 @@ def load_braid(exported, refs):
         scale = want[key].abs().max().item()
         err = (logits - want[key]).abs().max().item() / scale
         same = tokens == gen["tokens_dequant" if four_bit else "tokens"]
-        ok = same and err < 1e-4
+        # int8: braid quantizes the f32 weight, bitsandbytes its f16 rounding (codes one step
+        # apart in about 1% of the weights); 4-bit: the same codes up to double quantization's
+        # last bits.
+        ok = same and err < (1e-4 if four_bit else 1e-2)
         failed += not ok
         print(f"{entry}: braid's file loaded by transformers + bitsandbytes: tokens "
               f"{'equal' if same else 'DIFFER'}, max |logit - bnb's own file's| / max |logit| "
