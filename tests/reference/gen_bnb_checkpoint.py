@@ -17,8 +17,11 @@ Route: transformers' own, nothing by hand. AutoModelForCausalLM.from_pretrained 
 folders of tests/reference/hf_quant (gen_hf_quant_models.py) with a BitsAndBytesConfig on the CPU
 (device_map="cpu", dtype=float32: the unquantized layers and the biases stay f32), and
 save_pretrained(safe_serialization=True) writes the quantized model at once, before any forward
-(a forward on a CPU with AVX512-BF16 repacks 4-bit weights for bitsandbytes' CPU kernel, and a
-save after that re-quantizes the absmax from bf16). Folders <model>-<format>, model in gpt2 /
+(a forward on a CPU with AVX512-BF16 repacks 4-bit weights for bitsandbytes' CPU kernel, with
+the absmax in bf16, and a save after that writes the absmax from those bf16 values). On import,
+bitsandbytes 0.50.2 tries to fetch a CPU kernel from the Hugging Face Hub and, offline, warns
+and falls back to its own library (libbitsandbytes_cpu's gemv_4bit_inference_cpu_*_bf16).
+Folders <model>-<format>, model in gpt2 /
 llama, format:
   int8    load_in_8bit=True (llm_int8_threshold 6.0)
   nf4     load_in_4bit=True, bnb_4bit_quant_type="nf4", compute dtype float32
