@@ -438,6 +438,48 @@ LoadAndQuantizeResult load_and_quantize_model(
                                   .offload_state_dict = offload_state_dict});
 }
 
+BnbQuantizationConfig bnb_config_from_hf_config(const std::string& config_json) {
+  json q;
+  try {
+    const json j = json::parse(config_json);
+    BRAID_CHECK(j.is_object() && j.contains("quantization_config"), kInvalidArgument,
+                "bnb_config_from_hf_config: config.json has no \"quantization_config\" (not a "
+                "quantized checkpoint)");
+    q = j.at("quantization_config");
+  } catch (const json::exception& e) {
+    BRAID_FAIL(kInvalidArgument, "bnb_config_from_hf_config: config.json: ", e.what());
+  }
+  BnbQuantizationConfig c;
+  try {
+    const std::string method = q.value("quant_method", "");
+    BRAID_CHECK(method == "bitsandbytes", kInvalidArgument,
+                "bnb_config_from_hf_config: quant_method '", method,
+                "' (expected \"bitsandbytes\")");
+    c.load_in_8bit = q.value("load_in_8bit", false);
+    c.load_in_4bit = q.value("load_in_4bit", false);
+    c.llm_int8_threshold = q.value("llm_int8_threshold", 6.0);
+    c.llm_int8_has_fp16_weight = q.value("llm_int8_has_fp16_weight", false);
+    c.bnb_4bit_quant_type = q.value("bnb_4bit_quant_type", "fp4");
+    c.bnb_4bit_use_double_quant = q.value("bnb_4bit_use_double_quant", false);
+    const std::string compute = q.value("bnb_4bit_compute_dtype", "float32");
+    static const std::map<std::string, std::string> kCompute = {
+        {"float32", "fp32"}, {"float16", "fp16"}, {"bfloat16", "bf16"}};
+    const auto it = kCompute.find(compute);
+    c.bnb_4bit_compute_dtype = it == kCompute.end() ? compute : it->second;
+    const std::string storage = q.value("bnb_4bit_quant_storage", "uint8");
+    BRAID_CHECK(storage == "uint8", kNotSupported,
+                "bnb_config_from_hf_config: bnb_4bit_quant_storage '", storage,
+                "' (only \"uint8\" is read)");
+    if (q.contains("llm_int8_skip_modules") && !q.at("llm_int8_skip_modules").is_null()) {
+      c.skip_modules = q.at("llm_int8_skip_modules").get<std::vector<std::string>>();
+    }
+  } catch (const json::exception& e) {
+    BRAID_FAIL(kInvalidArgument, "bnb_config_from_hf_config: quantization_config: ", e.what());
+  }
+  c.validate();
+  return c;
+}
+
 NamedTensors quantized_state_dict(nn::Module& model) {
   std::set<std::string> unique;
   for (auto& [name, p] : model.named_parameters()) unique.insert(name);

@@ -82,6 +82,19 @@ LoadAndQuantizeResult load_and_quantize_model(nn::Module& model,
                                               const std::filesystem::path& offload_folder = {},
                                               bool offload_state_dict = false);
 
+// The BnbQuantizationConfig a transformers checkpoint quantized by bitsandbytes was written
+// with: the "quantization_config" object of its config.json (quant_method "bitsandbytes",
+// transformers' BitsAndBytesConfig.to_dict()), whose fields carry the same names;
+// bnb_4bit_compute_dtype's torch names ("float32", "float16", "bfloat16") become "fp32", "fp16",
+// "bf16", llm_int8_skip_modules (null: the default) becomes skip_modules. The unquantized
+// layers keep the checkpoint's dtypes (torch_dtype unset). kInvalidArgument when config.json
+// has no such object or another quant_method; kNotSupported for a bnb_4bit_quant_storage other
+// than "uint8" (docs/quantization.md, "Not built"). The result is validate()d.
+//
+//   auto q = bnb_config_from_hf_config(read_file("gpt2-nf4/config.json"));
+//   load_and_quantize_model(*model, q, "gpt2-nf4/");
+BnbQuantizationConfig bnb_config_from_hf_config(const std::string& config_json);
+
 // The model's state dict with quantized layers in bitsandbytes' names: 4-bit "<m>.weight" (u8
 // [(n+1)/2, 1]), "<m>.weight.absmax", "<m>.weight.quant_map", with double quantization
 // "<m>.weight.nested_absmax" and "<m>.weight.nested_quant_map", and
