@@ -329,13 +329,14 @@ void gemm_4bit_amx(const QuantTable& t, const float* code, const uint8_t* packed
   parallel_for(pieces, [&](int64_t piece) {
     const int64_t first = tiles * piece / pieces, last = tiles * (piece + 1) / pieces;
     const std::unique_ptr<float[]> w(new float[static_cast<size_t>(32 * k)]);
+    const std::unique_ptr<uint16_t[]> scratch(new uint16_t[static_cast<size_t>(96 * k)]);
     avx512bf16::gemm4_amx_begin();
     for (int64_t tile = first; tile < last; ++tile) {
       const int64_t j0 = tile * 32;
       const int64_t r = std::min<int64_t>(32, n - j0);
       t.dequant4_range(code, packed, absmax, blocksize, j0 * k, r * k, w.get());
       avx512bf16::gemm4_tile_amx(static_cast<const uint16_t*>(x), m, w.get(), r, k,
-                                 static_cast<char*>(y) + j0 * y_size, n, y_bf16);
+                                 static_cast<char*>(y) + j0 * y_size, n, y_bf16, scratch.get());
     }
     avx512bf16::gemm4_amx_end();
   });

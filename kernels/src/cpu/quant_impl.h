@@ -59,9 +59,10 @@ namespace avx512bf16 {
 // The amx level's 4-bit block (quant_avx512bf16.cc; Note [gemm_4bit on AMX] in quant.cc):
 // y[i * ldy + j] for i < m, j < r (r <= 32) = sum_p x[i, p] * bf16(w[j, p]) on AMX tiles, x bf16
 // bits (m x k rows), w the f32 dequantized tile (r x k rows), k a multiple of 32; y f32, or bf16
-// rounded to nearest even when y_bf16. Between amx tile configuration and release (the caller's).
+// rounded to nearest even when y_bf16. scratch: 96 * k elements. Between amx tile configuration
+// and release (the caller's).
 void gemm4_tile_amx(const uint16_t* x, int64_t m, const float* w, int64_t r, int64_t k, void* y,
-                    int64_t ldy, bool y_bf16);
+                    int64_t ldy, bool y_bf16, uint16_t* scratch);
 void gemm4_amx_begin();
 void gemm4_amx_end();
 }  // namespace avx512bf16
