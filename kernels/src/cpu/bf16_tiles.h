@@ -56,6 +56,14 @@ inline void transpose_words16(const uint32_t* src, int64_t lds, uint32_t* dst, i
   }
 }
 
+// The 16 lanes of v summed by halves: lane i + lane i + 8, then + 4, + 2, + 1 (one fixed order).
+inline float fold_halves(__m512 v) {
+  const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
 // ---- AMX tiles -----------------------------------------------------------------------------
 // TDPBF16PS multiplies a 16 x 32 bf16 A tile by a 16-pair x 16-column B tile (pair layout)
 // and adds both products of every pair into a 16 x 16 f32 C tile (Intel's pseudocode: pair

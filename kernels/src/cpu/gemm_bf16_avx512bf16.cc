@@ -281,13 +281,7 @@ void rows_dot_block(const GemmCoreBf16& g, int64_t i0, int64_t rows, int64_t j0,
         d[r] = _mm512_dpbf16_ps(d[r], av, bv);
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const __m256 h8 =
-          _mm256_add_ps(_mm512_castps512_ps256(d[r]), _mm512_extractf32x8_ps(d[r], 1));
-      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
-      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
-      out[r][j] = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
-    }
+    for (int64_t r = 0; r < rows; ++r) out[r][j] = fold_halves(d[r]);
   }
   for (int64_t r = 0; r < rows; ++r) {
     acc[r][0] = _mm512_load_ps(out[r]);
