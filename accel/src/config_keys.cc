@@ -51,18 +51,25 @@ void apply_key(AcceleratorConfig& config, const KeyInfo& key, const RawValue& va
   }
 }
 
-size_t edit_distance(std::string_view a, std::string_view b) {
+size_t edit_distance(std::string_view a, std::string_view b, size_t limit) {
+  const size_t gap = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
+  if (gap > limit) return gap;  // every path needs at least the difference in length
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diag = row[0];
     row[0] = i;
+    size_t row_min = row[0];
     for (size_t j = 1; j <= b.size(); ++j) {
       size_t up = row[j];
       size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
       row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
+      row_min = std::min(row_min, row[j]);
       diag = up;
     }
+    // Entries never decrease from one row to the next along any path, so the distance is at
+    // least this row's smallest entry.
+    if (row_min > limit) return row_min;
   }
   return row[b.size()];
 }
@@ -72,7 +79,8 @@ std::string closest(std::string_view full_name, const std::vector<std::string>& 
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const std::string& c : candidates) {
-    size_t d = edit_distance(name, c);
+    // Only a strictly smaller distance replaces the best (ties: the first).
+    size_t d = edit_distance(name, c, best_d == 0 ? 0 : best_d - 1);
     if (d < best_d) {
       best_d = d;
       best = c;

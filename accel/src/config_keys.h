@@ -4,6 +4,7 @@
 // command line) goes through apply_key, so they accept the same values and raise the same messages.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -77,7 +78,10 @@ inline constexpr size_t kSuggestionChars = 64;
 // The closest of `candidates` to the first kSuggestionChars characters of `name` by edit
 // distance (ties: the first).
 std::string closest(std::string_view name, const std::vector<std::string>& candidates);
-size_t edit_distance(std::string_view a, std::string_view b);
+// Levenshtein distance of a and b when it is at most `limit`, else some value above `limit`: a
+// candidate that cannot beat the best so far is given up after the first row whose every entry
+// exceeds it (or at once when the lengths differ by more), which is most of them.
+size_t edit_distance(std::string_view a, std::string_view b, size_t limit = SIZE_MAX);
 
 // Value parsing shared with the environment and extras (throw ValueError).
 bool parse_bool_value(std::string_view text);

@@ -74,7 +74,13 @@ std::string suggestion(std::string_view section, std::string_view full_name,
   std::string best;
   size_t best_d = SIZE_MAX;
   auto consider = [&](const std::string& shown, std::string_view compared, bool same) {
-    size_t d = detail::edit_distance(name, compared) * 2 + (same ? 0 : 1);
+    // Beating best_d needs 2 * distance + penalty < best_d, i.e. a distance of at most `limit`.
+    const size_t penalty = same ? 0 : 1;
+    if (best_d <= penalty) return;
+    const size_t limit = best_d == SIZE_MAX ? SIZE_MAX : (best_d - penalty - 1) / 2;
+    const size_t ed = detail::edit_distance(name, compared, limit);
+    if (ed > limit) return;
+    size_t d = ed * 2 + penalty;
     if (d < best_d) {
       best_d = d;
       best = shown;

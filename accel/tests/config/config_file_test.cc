@@ -3,13 +3,16 @@
 // bad values, duplicates, broken YAML and missing files.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "../../src/config_keys.h"
 #include "braid/accel/config.h"
 #include "braid/core/file_util.h"
 #include "braid/core/logging.h"
@@ -255,6 +258,44 @@ TEST(ConfigFile, VeryLongUnknownKeyGetsASuggestionFromItsStart) {
   EXPECT_NE(e.message().find("'" + key + "'"), std::string::npos);
   EXPECT_NE(e.message().find("closest known key is 'mixed_precision'"), std::string::npos)
       << e.message();
+}
+
+// The suggestion's edit distance gives up on a candidate once it cannot be within `limit`
+// (docs/fuzzing.md, "config_yaml"): below the limit it must be the full distance, above it any
+// value above the limit. Against a plain dynamic-programming table on random words.
+TEST(ConfigFile, EditDistanceWithALimitAgreesWithTheFullDistance) {
+  auto full = [](std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> t(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) t[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) t[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      for (size_t j = 1; j <= b.size(); ++j) {
+        t[i][j] = std::min(
+            {t[i - 1][j] + 1, t[i][j - 1] + 1, t[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      }
+    }
+    return t[a.size()][b.size()];
+  };
+  std::mt19937 rng(7);
+  auto word = [&] {
+    std::string w(rng() % 12, ' ');
+    for (char& c : w) c = static_cast<char>('a' + rng() % 4);  // few letters: near words
+    return w;
+  };
+  int within = 0;
+  for (int trial = 0; trial < 4000; ++trial) {
+    const std::string a = word(), b = word();
+    const size_t want = full(a, b), limit = rng() % 8;
+    const size_t got = detail::edit_distance(a, b, limit);
+    if (want <= limit) {
+      ++within;
+      EXPECT_EQ(got, want) << a << " / " << b << " limit " << limit;
+    } else {
+      EXPECT_GT(got, limit) << a << " / " << b << " limit " << limit << " distance " << want;
+    }
+    EXPECT_EQ(detail::edit_distance(a, b), want) << a << " / " << b;
+  }
+  EXPECT_GT(within, 1000);  // both branches were exercised
 }
 
 TEST(ConfigFile, UnknownNestedKeyNamesSectionAndClosestKey) {
