@@ -210,14 +210,41 @@ void ShmGroup::reduce_scatter(Call& c) {
 void ShmGroup::reduce_scatter_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
+  const int64_t block_bytes = d.count * es;
+  std::optional<Folder> folder;
+  std::vector<const void*>& inputs = inputs_;
+  if (n_ > 1 && (n_ - 1) * block_bytes <= kInlineBytes) {
+    // The blocks for all the peers fit in the step line together (2 ranks, blocks of up to
+    // kInlineBytes): they travel with the ready word, one line per rank, as all_reduce's
+    // smallest messages do (measured: docs/performance.md, "Small reduce_scatter inline").
+    // Rank w's block for rank r lies at slot r of w's line, counting the ranks other than w.
+    auto slot = [&](int w, int r) { return (r < w ? r : r - 1) * block_bytes; };
+    step(
+        c, 0,
+        [&] {
+          for (int p = 0; p < n_; ++p) {
+            if (p == me_) continue;
+            copy(step_line(me_).data + slot(me_, p), at(d.send, int64_t{p} * d.count, es),
+                 block_bytes);
+          }
+        },
+        [&] {
+          if (d.count <= 0) return;
+          folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          for (int p = 0; p < n_; ++p) {
+            inputs[p] = p == me_ ? at(d.send, int64_t{me_} * d.count, es)
+                                 : step_line(p).data + slot(p, me_);
+          }
+          folder->fold(inputs.data(), n_, d.count, d.recv);
+        });
+    return;
+  }
   // Sub-areas no larger than a block: a small message then stages through the small ring
   // (Note [Staging ring]; with a quarter of the large ring per step, its lines were cold on
   // every call: 16-64 B on 2 ranks 0.52-0.63 us against the limit program's 0.45).
-  const uint64_t block = (static_cast<uint64_t>(d.count * es) + 63) & ~uint64_t{63};
+  const uint64_t block = (static_cast<uint64_t>(block_bytes) + 63) & ~uint64_t{63};
   const uint64_t sub = std::min(sub_slot_bytes(), block);
   const int64_t chunk = chunk_elems(std::max<int64_t>(static_cast<int64_t>(sub) / es, 1), es);
-  std::optional<Folder> folder;
-  std::vector<const void*>& inputs = inputs_;
   const int64_t steps = steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
