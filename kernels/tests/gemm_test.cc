@@ -275,6 +275,44 @@ TEST(Gemm, FewRowsBf16EveryLayoutAgainstExact) {
   }
 }
 
+// A bf16 C whose k spans more than one slice is summed in f32 and rounded by the epilogue; the
+// packed path stages a block of columns at a time (gemm.cc, staged_width: here 1024 of m = 4096
+// rows, so n = 1100 is a whole block and a partial one). The f32 sums must be those of the same
+// product into an f32 C, whatever the block: C = bf16(f32 C) bit for bit at alpha 1, beta 0, and
+// alpha A B + beta C within bf16 rounding otherwise; ldc padded, both layouts of B.
+TEST(Gemm, Bf16CStagedByColumnBlocksMatchesTheF32Sums) {
+  constexpr int64_t m = 4096, n = 1100, k = 520;
+  uint32_t seed = 1200;
+  for (Trans tb : kTrans) {
+    for (CpuIsa isa : testing::simd_isas()) {
+      const Problem p = make_problem(Trans::kNo, tb, m, n, k, 3, 1, 1.0, 0.0, seed++);
+      const std::vector<double> sums = run<bfloat16, float>(p, isa);
+      const std::vector<double> got = run<bfloat16, bfloat16>(p, isa);
+      int64_t wrong = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        const double want =
+            std::isnan(sums[i]) ? sums[i] : as_double(bfloat16(static_cast<float>(sums[i])));
+        wrong += !(got[i] == want || (std::isnan(got[i]) && std::isnan(want)));
+      }
+      EXPECT_EQ(wrong, 0) << describe(p, isa);
+
+      Problem q = p;
+      q.alpha = -1.25, q.beta = 0.5;
+      for (auto& v : q.c) v = as_double(bfloat16(static_cast<float>(v)));
+      const std::vector<double> scaled = run<bfloat16, bfloat16>(q, isa);
+      double worst = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const size_t at = static_cast<size_t>(i * q.ldc() + j);
+          const double want = -1.25 * sums[at] + 0.5 * q.c[at];
+          worst = std::max(worst, std::abs(scaled[at] - want) / (std::abs(want) + 1e-3));
+        }
+      }
+      EXPECT_LE(worst, 0x1p-7) << describe(q, isa);  // bf16 rounding of the result
+    }
+  }
+}
+
 TEST(Gemm, HandChecked) {
   // A = [[1, 2, 3], [4, 5, 6]], B = [[7, 8], [9, 10], [11, 12]]: AB = [[58, 64], [139, 154]].
   const float a[6] = {1, 2, 3, 4, 5, 6}, at[6] = {1, 4, 2, 5, 3, 6};

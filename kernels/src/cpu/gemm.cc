@@ -93,6 +93,8 @@ void widen(const T* src, int64_t rows, int64_t cols, int64_t ld, float* dst) {
 // cost a fill of m x n floats and, past malloc's mmap threshold, page faults on every call);
 // larger requests get a buffer of their own, freed with this object. Not zeroed: every
 // element is written before it is read.
+constexpr int64_t kKeptFloats = int64_t{4} << 20;  // 16 MiB per slot and thread
+
 template <int kSlot>
 class Scratch {
  public:
@@ -113,10 +115,23 @@ class Scratch {
   float* get() const { return p_; }
 
  private:
-  static constexpr int64_t kKeptFloats = int64_t{4} << 20;  // 16 MiB
   std::unique_ptr<float[]> own_;
   float* p_ = nullptr;
 };
+
+// Columns of C the packed bf16 path stages in f32 at a time when C is bf16 / f16 and k spans more
+// than one slice: as many as keep m x width within the kept scratch (whole kPackedNr blocks), but
+// at least kMinStagedCols so that each block still splits across the threads. Staging the whole
+// m x n instead took a buffer of its own past kKeptFloats, fresh pages on every call: GPT-2's head
+// (1024 x 50257 f32, 206 MB) page-faulted about 50,000 times a training step (docs/performance.md,
+// "bf16 training on Zen 4"). The sums do not depend on the block: each C element is the same
+// product over k, in the same slices.
+int64_t staged_width(int64_t m, int64_t n) {
+  constexpr int64_t kMinStagedCols = 1024;
+  int64_t width = kKeptFloats / std::max<int64_t>(m, 1) / kPackedNr * kPackedNr;
+  width = std::max(width, kMinStagedCols);
+  return std::min(width, n);
+}
 
 // acc (m x n, dense f32, alpha not applied) into C: C = alpha acc + beta C, rounded once.
 template <typename C>
@@ -260,12 +275,19 @@ void gemm_widened(const GemmArgs& g) {
   const bool ta = g.trans_a == Trans::kYes, tb = g.trans_b == Trans::kYes;
   const int64_t a_rows = ta ? g.k : g.m, a_cols = ta ? g.m : g.k;
   const int64_t b_rows = tb ? g.n : g.k, b_cols = tb ? g.k : g.n;
-  const Scratch<0> staging(std::is_same_v<C, float> ? 0 : g.m * g.n);
+  const CpuIsa isa = cpu_dispatch_isa();
+  // The packed bf16 path stages a column block of a bf16 / f16 C (staged_width), the others
+  // all of C.
+  const bool packed_bf16 =
+      std::is_same_v<In, bfloat16> && isa >= CpuIsa::kAvx512Bf16 &&
+      uses_packed_f32(g.m, g.n, g.k) &&
+      !(!ta && g.m < kPackedMinDim && g.n >= kPackedMinDim && g.k >= kPackedMinDim);
+  const int64_t staged_cols = packed_bf16 ? staged_width(g.m, g.n) : g.n;
+  const Scratch<0> staging(std::is_same_v<C, float> ? 0 : g.m * staged_cols);
   float* const acc = staging.get();
   if constexpr (std::is_same_v<In, bfloat16>) {
     // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
     // level (the reference) and smaller problems widen as below.
-    const CpuIsa isa = cpu_dispatch_isa();
     if (isa >= CpuIsa::kAvx512Bf16 && !ta && g.m < kPackedMinDim && g.n >= kPackedMinDim &&
         g.k >= kPackedMinDim) {
       // Few rows against a large B (generation): B read in place, never widened.
@@ -329,10 +351,15 @@ void gemm_widened(const GemmArgs& g) {
           core.ldc = g.ldc;
           run_split(kernel, core, true);
         } else {
-          core.c = acc;
-          core.ldc = g.n;
-          run_split(kernel, core, true);
-          epilogue(acc, g.m, g.n, g.alpha, g.beta, c, g.ldc);
+          for (int64_t j = 0; j < g.n; j += staged_cols) {
+            GemmCoreBf16 part = core;
+            part.n = std::min(staged_cols, g.n - j);
+            part.b = tb ? core.b + j * g.ldb : core.b + j;
+            part.c = acc;
+            part.ldc = part.n;
+            run_split(kernel, part, true);
+            epilogue(acc, g.m, part.n, g.alpha, g.beta, c + j, g.ldc);
+          }
         }
       }
       return;
