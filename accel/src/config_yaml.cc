@@ -276,9 +276,12 @@ std::string scalar_text(const OutValue& v) {
   return v.kind == OutValue::Kind::kString ? quote_scalar(v.text) : v.text;
 }
 
+// Keys are quoted as values are: fp8_config's and the extra keys come from the input and may
+// hold anything a YAML key can (control characters, quotes, a leading '-'); the fuzzer found a
+// raw one that did not read back (docs/fuzzing.md, "Third long run").
 void emit(std::ostringstream& out, const std::string& indent, const std::string& key,
           const OutValue& v) {
-  out << indent << key << ':';
+  out << indent << quote_scalar(key) << ':';
   switch (v.kind) {
     case OutValue::Kind::kList:
       if (v.items.empty()) {
@@ -290,7 +293,9 @@ void emit(std::ostringstream& out, const std::string& indent, const std::string&
       return;
     case OutValue::Kind::kMap:
       out << '\n';
-      for (const auto& [k, x] : v.entries) out << indent << "  " << k << ": " << x << '\n';
+      for (const auto& [k, x] : v.entries) {
+        out << indent << "  " << quote_scalar(k) << ": " << x << '\n';
+      }
       return;
     default:
       out << ' ' << scalar_text(v) << '\n';
@@ -330,8 +335,10 @@ std::string to_yaml(const AcceleratorConfig& config) {
     out << name << ":\n";
     for (const auto& [k, v] : sections.at(name)) {
       if (v.kind == OutValue::Kind::kMap) {
-        out << "  " << k << ":\n";
-        for (const auto& [mk, mv] : v.entries) out << "    " << mk << ": " << mv << '\n';
+        out << "  " << quote_scalar(k) << ":\n";
+        for (const auto& [mk, mv] : v.entries) {
+          out << "    " << quote_scalar(mk) << ": " << mv << '\n';
+        }
       } else {
         emit(out, "  ", k, v);
       }

@@ -112,6 +112,25 @@ TEST(ConfigYaml, StringsYamlWouldMisreadAreQuoted) {
   EXPECT_EQ(back.extra, c.extra);
 }
 
+// fp8_config's keys come from the file as they are: a key YAML would misread written raw (a
+// control character, a quote, ": ", a leading '-') must be quoted like a value, or the written
+// file does not load (found by the config_yaml fuzz target: docs/fuzzing.md).
+TEST(ConfigYaml, KeysYamlWouldMisreadAreQuoted) {
+  AcceleratorConfig c;
+  c.fp8_config["a\tb"] = "1";
+  c.fp8_config[std::string("nul\0key", 7)] = "2";
+  c.fp8_config["-dash"] = "3";
+  c.fp8_config["x: y"] = "4";
+  c.fp8_config["it's \"q\""] = "5";
+  c.fp8_config["margin"] = "0";
+  const std::string y = to_yaml(c);
+  EXPECT_NE(y.find("  margin: 0\n"), std::string::npos) << y;  // a plain key stays plain
+  EXPECT_NE(y.find("  '-dash': 3\n"), std::string::npos) << y;
+  AcceleratorConfig back = reload(y, {});
+  EXPECT_EQ(back.fp8_config, c.fp8_config);
+  EXPECT_EQ(to_yaml(back), y);
+}
+
 // Every real file: load, write, load again; the two configs write the same text, and the
 // fields the file sets survive.
 TEST(ConfigYaml, RealAccelerateFilesRoundTrip) {
