@@ -4,6 +4,7 @@
 // Accelerator's own arguments (ddp_kwargs, dataloader_config, project_config, ...).
 #include <algorithm>
 #include <limits>
+#include <system_error>
 
 #include "config_builder.h"
 
@@ -365,7 +366,11 @@ void add_deepspeed(std::vector<KeyInfo>& t) {
       return;
     }
     std::filesystem::path p = p_string(v);
-    if (p.is_relative() && !v.base_dir.empty() && std::filesystem::exists(v.base_dir / p)) {
+    // The error_code form: a name the file system refuses (too long, say) is a file that is not
+    // there, which read_file below reports as kIo naming it (the throwing form escaped as
+    // std::filesystem::filesystem_error; found by the config_yaml fuzz target).
+    std::error_code ec;
+    if (p.is_relative() && !v.base_dir.empty() && std::filesystem::exists(v.base_dir / p, ec)) {
       p = v.base_dir / p;
     }
     d.hf_ds_config = p.string();

@@ -137,6 +137,16 @@ TEST(ConfigFile, DeepSpeedJsonErrorsNameTheFileAndField) {
   });
   EXPECT_EQ(e.kind(), ErrorKind::kIo);
   EXPECT_NE(e.message().find("missing.json"), std::string::npos) << e.message();
+  // A name the file system refuses (longer than NAME_MAX): the same kIo, not the
+  // std::filesystem::filesystem_error a throwing exists() let escape (found by fuzzing).
+  const std::string long_name(300, 'x');
+  e = error_of([&] {
+    AcceleratorConfig c;
+    apply_config_yaml(c, "deepspeed_config:\n  deepspeed_config_file: " + long_name + "\n",
+                      "job.yaml", {}, dir.path());
+  });
+  EXPECT_EQ(e.kind(), ErrorKind::kIo);
+  EXPECT_NE(e.message().find(long_name), std::string::npos) << e.message();
 }
 
 TEST(ConfigFile, AccelerateMegatronFile) {
