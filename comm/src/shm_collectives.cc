@@ -216,7 +216,7 @@ void ShmGroup::reduce_scatter_slots(Call& c) {
   if (n_ > 1 && (n_ - 1) * block_bytes <= kInlineBytes) {
     // The blocks for all the peers fit in the step line together (2 ranks, blocks of up to
     // kInlineBytes): they travel with the ready word, one line per rank, as all_reduce's
-    // smallest messages do (measured: docs/performance.md, "Small reduce_scatter inline").
+    // smallest messages do (measured: docs/performance.md, "Issue 35 on an AMD EPYC (Zen 4)").
     // Rank w's block for rank r lies at slot r of w's line, counting the ranks other than w.
     auto slot = [&](int w, int r) { return (r < w ? r : r - 1) * block_bytes; };
     step(
