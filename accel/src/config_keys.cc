@@ -60,10 +60,11 @@ __attribute__((no_sanitize("coverage")))
 size_t
 edit_distance(std::string_view a, std::string_view b, size_t limit) {
   const size_t gap = a.size() > b.size() ? a.size() - b.size() : b.size() - a.size();
-  if (gap > limit) return gap;  // every path needs at least the difference in length
-  size_t small[129];            // every known key is shorter: no allocation per candidate
-  std::vector<size_t> large(b.size() < 129 ? 0 : b.size() + 1);
-  size_t* const row = b.size() < 129 ? small : large.data();
+  if (gap > limit) return gap;       // every path needs at least the difference in length
+  constexpr size_t kStackRow = 129;  // every known key is shorter: no allocation per candidate
+  size_t small[kStackRow];
+  std::vector<size_t> large(b.size() < kStackRow ? 0 : b.size() + 1);
+  size_t* const row = b.size() < kStackRow ? small : large.data();
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     size_t diag = row[0];

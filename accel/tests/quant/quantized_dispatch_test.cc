@@ -26,9 +26,13 @@
 #include "braid/nn/loss.h"
 #include "braid/nn/optim.h"
 #include "braid/tensor/ops.h"
+#include "quant_test_util.h"
 
 namespace braid::accel {
 namespace {
+
+using quant_testing::bitwise;
+using quant_testing::bnb_mode;
 
 namespace fs = std::filesystem;
 
@@ -144,22 +148,6 @@ Generated generate(nn::CausalLM& model, int64_t before) {
   return r;
 }
 
-bool bitwise(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
-
-BnbQuantizationConfig mode(const std::string& name) {
-  BnbQuantizationConfig c;
-  c.load_in_8bit = name == "int8";
-  c.load_in_4bit = !c.load_in_8bit;
-  c.bnb_4bit_quant_type = name == "fp4" ? "fp4" : "nf4";
-  c.bnb_4bit_use_double_quant = name == "nf4-dq";
-  c.bnb_4bit_compute_dtype = "fp32";
-  return c;
-}
-
 template <typename Model, typename Config>
 std::shared_ptr<Model> meta_model(const fs::path& folder) {
   nn::InitEmptyWeights empty;
@@ -190,7 +178,7 @@ void quantized_under_half(const Config& cfg, const std::string& block_class,
   Allocator& cpu = get_allocator(kCPU);
   for (const char* name : {"int8", "nf4-dq", "fp4"}) {
     SCOPED_TRACE(name);
-    const BnbQuantizationConfig c = mode(name);
+    const BnbQuantizationConfig c = bnb_mode(name);
     // The same quantized model held whole in memory: the reference for streaming.
     Generated whole;
     int64_t quantized_bytes = 0;
@@ -286,12 +274,12 @@ TEST(QuantizedDispatch, MaterializedModelAndExplicitMap) {
     return gpt;
   };
   auto ref = make();
-  nn::replace_with_quantized_linear(*ref, mode("nf4-dq"));
+  nn::replace_with_quantized_linear(*ref, bnb_mode("nf4-dq"));
   nn::NoGradGuard no_grad;
   const Tensor ids = Tensor::from_vector({1, 5, 9, 2}, {1, 4}, DType::kI64);
   const Tensor want = ref->forward(ids);
   auto gpt = make();
-  LoadAndQuantizeResult r = load_and_quantize_model(*gpt, mode("nf4-dq"), {},
+  LoadAndQuantizeResult r = load_and_quantize_model(*gpt, bnb_mode("nf4-dq"), {},
                                                     DeviceMap{{"transformer.wte", "cpu"},
                                                               {"transformer.wpe", "cpu"},
                                                               {"transformer.h.0", "cpu"},
@@ -328,26 +316,26 @@ TEST(QuantizedDispatch, Refusals) {
   auto fresh = [&] { return meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model"); };
   expect_error(
       [&] {
-        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+        load_and_quantize_model(*fresh(), bnb_mode("int8"), dir.path / "model",
                                 DeviceMap{{"", "disk"}});
       },
       ErrorKind::kInvalidArgument, "offload_folder");
   expect_error(
       [&] {
-        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+        load_and_quantize_model(*fresh(), bnb_mode("int8"), dir.path / "model",
                                 DeviceMap{{"", "cuda:0"}});
       },
       ErrorKind::kNotSupported, "cuda:0");
   expect_error(
       [&] {
-        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+        load_and_quantize_model(*fresh(), bnb_mode("int8"), dir.path / "model",
                                 {.device_map = "fastest", .offload_folder = dir.path});
       },
       ErrorKind::kInvalidArgument, "fastest");
   // A map that leaves tensors out.
   expect_error(
       [&] {
-        load_and_quantize_model(*fresh(), mode("int8"), dir.path / "model",
+        load_and_quantize_model(*fresh(), bnb_mode("int8"), dir.path / "model",
                                 DeviceMap{{"transformer.h", "disk"}}, dir.path / "off");
       },
       ErrorKind::kInvalidArgument, "transformer.wte.weight");
@@ -370,7 +358,7 @@ TEST(QuantizedDispatch, SizesCountQuantizedTensors) {
   }
   auto m = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
   LoadAndQuantizeResult r =
-      load_and_quantize_model(*m, mode("nf4-dq"), dir.path / "model",
+      load_and_quantize_model(*m, bnb_mode("nf4-dq"), dir.path / "model",
                               {.device_map = "sequential",
                                .max_memory = MaxMemory{{"cpu", 400'000}, {"disk", 0}},
                                .no_split_module_classes = {"GPT2Block"},
@@ -380,7 +368,7 @@ TEST(QuantizedDispatch, SizesCountQuantizedTensors) {
   EXPECT_EQ(compute_module_sizes(*m).at("transformer.h.0.mlp.c_fc"), want);
   // On disk: the offloaded (meta) tensors count the same; the files hold the bytes.
   auto d = meta_model<nn::GPT, nn::GPTConfig>(dir.path / "model");
-  LoadAndQuantizeResult rd = load_and_quantize_model(*d, mode("nf4-dq"), dir.path / "model",
+  LoadAndQuantizeResult rd = load_and_quantize_model(*d, bnb_mode("nf4-dq"), dir.path / "model",
                                                      DeviceMap{{"", "disk"}}, dir.path / "off");
   EXPECT_EQ(compute_module_sizes(*d).at("transformer.h.0.mlp.c_fc"), want);
   EXPECT_TRUE(fs::exists(dir.path / "off" / "transformer.h.0.mlp.c_fc.weight.nested_absmax.dat"));
@@ -401,7 +389,7 @@ TEST(QuantizedDispatch, PreQuantizedFileOnDisk) {
     Generator gen(4);
     src->init_weights(gen);
     src->eval();
-    nn::replace_with_quantized_linear(*src, mode(name));
+    nn::replace_with_quantized_linear(*src, bnb_mode(name));
     const fs::path file = dir.path / (std::string(name) + ".safetensors");
     save_quantized_model(*src, file);
     const Tensor ids = Tensor::from_vector({1, 5, 9, 2}, {1, 4}, DType::kI64);
@@ -414,7 +402,7 @@ TEST(QuantizedDispatch, PreQuantizedFileOnDisk) {
     }
     m->eval();
     LoadAndQuantizeResult r =
-        load_and_quantize_model(*m, mode(name), file,
+        load_and_quantize_model(*m, bnb_mode(name), file,
                                 {.device_map = DeviceMap{{"", "cpu"}, {"transformer.h", "disk"}},
                                  .no_split_module_classes = {"GPT2Block"},
                                  .offload_folder = dir.path / (std::string("off-") + name)});

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../quant/quant_test_util.h"
 #include "braid/accel/quantization.h"
 #include "braid/amp/autocast.h"
 #include "braid/core/allocator.h"
@@ -27,6 +28,9 @@
 
 namespace braid::accel::quant_large {
 namespace {
+
+using quant_testing::bitwise;
+using quant_testing::bnb_mode;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -110,12 +114,6 @@ int64_t param_bytes(nn::Module& m) {
   return total;
 }
 
-bool bitwise(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  const Tensor x = a.contiguous(), y = b.contiguous();
-  return std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
-}
-
 // Logits [1, L, V] as doubles, and statistics over the positions whose argmax chose a generated
 // token: kPrompt - 1 .. kPrompt + kNew - 2.
 struct Logits {
@@ -166,16 +164,6 @@ double stddev(const Logits& a) {
   return std::sqrt(std::max(0.0, s2 / n - (s / n) * (s / n)));
 }
 
-BnbQuantizationConfig config(const std::string& name) {
-  BnbQuantizationConfig c;
-  c.load_in_8bit = name == "int8";
-  c.load_in_4bit = !c.load_in_8bit;
-  c.bnb_4bit_quant_type = name == "fp4" ? "fp4" : "nf4";
-  c.bnb_4bit_use_double_quant = name == "nf4-dq";
-  c.bnb_4bit_compute_dtype = "fp32";
-  return c;
-}
-
 struct Loaded {
   Tensor tokens, logits;
   int64_t quantized_bytes = 0;  // compute_module_sizes of the loaded model
@@ -207,7 +195,7 @@ Loaded load_and_generate(const Family& family, const fs::path& folder, const std
                .offload_folder = offload};
   }
   // Declared after the model: the dispatch hooks it holds must go first.
-  LoadAndQuantizeResult loaded = load_and_quantize_model(*m, config(mode), folder, options);
+  LoadAndQuantizeResult loaded = load_and_quantize_model(*m, bnb_mode(mode), folder, options);
   r.load_s = seconds_since(t0);
   r.load_peak = static_cast<int64_t>(cpu.stats().peak_bytes) - before;
   EXPECT_TRUE(loaded.missing_keys.empty()) << loaded.missing_keys.front();

@@ -276,21 +276,20 @@ void gemm_widened(const GemmArgs& g) {
   const int64_t a_rows = ta ? g.k : g.m, a_cols = ta ? g.m : g.k;
   const int64_t b_rows = tb ? g.n : g.k, b_cols = tb ? g.k : g.n;
   const CpuIsa isa = cpu_dispatch_isa();
+  // Few rows of A against a large B (generation): the bf16 path that reads B in place.
+  const bool few_rows = !ta && g.m < kPackedMinDim && g.n >= kPackedMinDim && g.k >= kPackedMinDim;
   // The packed bf16 path stages a column block of a bf16 / f16 C (staged_width), the others
   // all of C.
-  const bool packed_bf16 =
-      std::is_same_v<In, bfloat16> && isa >= CpuIsa::kAvx512Bf16 &&
-      uses_packed_f32(g.m, g.n, g.k) &&
-      !(!ta && g.m < kPackedMinDim && g.n >= kPackedMinDim && g.k >= kPackedMinDim);
+  const bool packed_bf16 = std::is_same_v<In, bfloat16> && isa >= CpuIsa::kAvx512Bf16 &&
+                           !few_rows && uses_packed_f32(g.m, g.n, g.k);
   const int64_t staged_cols = packed_bf16 ? staged_width(g.m, g.n) : g.n;
   const Scratch<0> staging(std::is_same_v<C, float> ? 0 : g.m * staged_cols);
   float* const acc = staging.get();
   if constexpr (std::is_same_v<In, bfloat16>) {
     // AVX512_BF16: the packed vdpbf16ps kernel reads the bf16 inputs directly; the scalar
     // level (the reference) and smaller problems widen as below.
-    if (isa >= CpuIsa::kAvx512Bf16 && !ta && g.m < kPackedMinDim && g.n >= kPackedMinDim &&
-        g.k >= kPackedMinDim) {
-      // Few rows against a large B (generation): B read in place, never widened.
+    if (isa >= CpuIsa::kAvx512Bf16 && few_rows) {
+      // B read in place, never widened.
       for (int64_t i = 0; i < g.batch; ++i) {
         C* c = static_cast<C*>(g.c) + i * g.stride_c;
         GemmCoreBf16 core{false,
