@@ -48,7 +48,9 @@ class BraidCollectives final : public Collectives {
   int size() const override { return pg_->size(); }
 
   void* run(Op op, const CallBuffers& b, DType dtype, ReduceOp redop, int root) override {
-    CollectiveDesc d;
+    // One descriptor for every call, as an embedder making many small calls keeps one: a
+    // fresh one is 200 zeroed bytes a call (docs/performance.md, "Per-call cost").
+    CollectiveDesc& d = desc_;
     d.kind = kind_of(op);
     d.send = b.send;
     d.recv = b.recv;
@@ -91,6 +93,7 @@ class BraidCollectives final : public Collectives {
   std::string backend_;
   Device device_;
   std::shared_ptr<ProcessGroup> pg_;
+  CollectiveDesc desc_;      // run()'s; the fields it does not set keep their defaults
   void* scratch_ = nullptr;  // one f64 on device_ for sum_across, when that is a GPU
 };
 

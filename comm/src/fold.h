@@ -78,6 +78,13 @@ class Folder {
   void fold_stage(const void* const* inputs, int first, int n, const void* carry_in, int64_t count,
                   void* out);
 
+  // Whether this Folder serves a fold of (dtype, op) over nranks: a backend keeps one across
+  // calls (the constructor's checks and set-up cost a fair part of a 16-byte collective). Never
+  // for kPremulSum, whose factors change from call to call.
+  bool serves(DType dtype, ReduceOp op, int nranks) const {
+    return dtype == dtype_ && op == op_ && nranks == nranks_ && op != ReduceOp::kPremulSum;
+  }
+
  private:
   void fold_block(const void* const* inputs, int n, int64_t offset, int64_t m, void* out);
   void reserve(int64_t count);

@@ -135,15 +135,15 @@ uint64_t ProcessGroup::Impl::signature(const CollectiveDesc& desc) const {
   return h;
 }
 
-std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc desc, const CallOptions& o,
+std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc& desc, const CallOptions& o,
                                                  const CallRecord& rec,
                                                  std::function<void()> then) {
-  require_member(collective_name(desc.kind));
+  if (!member()) require_member(collective_name(desc.kind));
   check_capabilities(desc);
   desc.timeout = resolve_timeout(o);
   desc.seq = ++seq;
   desc.signature = signature(desc);
-  debug_check(desc, rec);
+  if (debug_mode) debug_check(desc, rec);
   BRAID_LOG(kTrace) << collective_name(desc.kind) << " #" << desc.seq << " on group " << id << ": "
                     << call_text(desc, rec);
   if (o.async == AsyncOp::kYes && backend->capabilities().runs_on_any_thread) {

@@ -447,7 +447,7 @@ std::shared_ptr<Work> ProcessGroup::run(CollectiveDesc desc, const CallOptions& 
   // Likewise the stream: the options' when they name one, else the descriptor's.
   if (o.stream.handle != nullptr) desc.stream = o.stream;
   const CallRecord rec = record(desc, nullptr);
-  return impl_->submit(std::move(desc), resolved, rec);
+  return impl_->submit(desc, resolved, rec);
 }
 
 }  // namespace braid

@@ -70,7 +70,9 @@ struct ProcessGroup::Impl {
   // the backend allows it, after the async calls before it otherwise), and the wait for
   // AsyncOp::kNo.
   // `then` (optional) runs after the backend's Work succeeded: copies out of staging buffers.
-  std::shared_ptr<Work> submit(CollectiveDesc desc, const CallOptions& o, const CallRecord& rec,
+  // `desc` is the caller's own: submit fills in its timeout, seq and signature (by reference:
+  // a copy of the descriptor, with its four vectors, was a measurable part of a small call).
+  std::shared_ptr<Work> submit(CollectiveDesc& desc, const CallOptions& o, const CallRecord& rec,
                                std::function<void()> then = {});
 
   // "all_reduce #5 on group 0 (world ranks [0, 1])": a call in the async path's messages.

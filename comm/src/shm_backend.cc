@@ -158,6 +158,13 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   ring_end_ = slot;
   small_ring_ = small_ring_bytes(slot);
   area_bytes_ = (slot / 4) & ~uint64_t{63};
+  {
+    // Below both thresholds no call is a zero-copy candidate (zero_copy_candidate).
+    const SegmentHeader& h = seg_->header();
+    constexpr uint64_t kNever = ~uint64_t{0};
+    zc_floor_bytes_ = std::min(h.arena_bytes != 0 ? h.zerocopy_bytes : kNever,
+                               h.kernel_copy_bytes != 0 ? h.kernel_copy_bytes : kNever);
+  }
   inputs_.resize(n_);
   init_arena();
   seg_->touch_bcast_rings();

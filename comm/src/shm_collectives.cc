@@ -46,6 +46,19 @@ int64_t ShmGroup::chunk_elems(int64_t capacity_elems, int64_t es) const {
   return std::max<int64_t>(chunk, 1);
 }
 
+Folder& ShmGroup::folder_for(const Call& c) {
+  const CollectiveDesc& d = c.desc;
+  // kPremulSum's factors are this call's: a new Folder at its first fold, kept for its later
+  // steps.
+  const bool reuse = folder_ && (folder_->serves(d.dtype, d.op, n_) ||
+                                 (d.op == ReduceOp::kPremulSum && folder_call_ == c.index));
+  if (!reuse) {
+    folder_.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+    folder_call_ = c.index;
+  }
+  return *folder_;
+}
+
 void ShmGroup::all_reduce(Call& c) {
   const SegmentHeader& h = seg_->header();
   const int64_t bytes = c.desc.count * static_cast<int64_t>(dtype_size(c.desc.dtype));
@@ -68,11 +81,14 @@ void ShmGroup::all_reduce(Call& c) {
 void ShmGroup::reduce_one_shot(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
-  const int64_t chunk = static_cast<int64_t>(area_bytes_) / es;
+  // A message that fits the area takes one step (two 64-bit divisions less: a fair part of a
+  // 16-byte call).
+  const bool fits = d.count * es <= static_cast<int64_t>(area_bytes_);
+  const int64_t chunk =
+      fits ? std::max<int64_t>(d.count, 1) : static_cast<int64_t>(area_bytes_) / es;
   const bool wants_result = d.kind == CollectiveKind::kAllReduce || me_ == d.root;
-  std::optional<Folder> folder;
   std::vector<const void*>& inputs = inputs_;
-  const int64_t steps = steps_for(d.count, chunk);
+  const int64_t steps = fits ? 1 : steps_for(d.count, chunk);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk, m = std::min(chunk, d.count - off);
     step(
@@ -82,13 +98,13 @@ void ShmGroup::reduce_one_shot(Call& c) {
         },
         [&] {
           if (!wants_result || m <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          Folder& folder = folder_for(c);
           // My own chunk from the caller's buffer: reading it back from my area measured half
           // as fast (docs/shm.md, "Staging ring").
           for (int p = 0; p < n_; ++p) {
             inputs[p] = p == me_ ? at(d.send, off, es) : staging(p, m * es);
           }
-          folder->fold(inputs.data(), n_, m, at(d.recv, off, es));
+          folder.fold(inputs.data(), n_, m, at(d.recv, off, es));
         });
     if (c.stop()) return;
   }
@@ -107,7 +123,6 @@ void ShmGroup::reduce_two_shot(Call& c) {
   const int64_t chunk = chunk_elems((cap - 1) * n_ / (n_ + 1), es);
   const bool wants_result = d.kind == CollectiveKind::kAllReduce || me_ == d.root;
   const bool stream = d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
-  std::optional<Folder> folder;
   std::vector<const void*>& inputs = inputs_;
   const int64_t chunks = steps_for(d.count, chunk);
   for (int64_t k = 0; k <= chunks; ++k) {
@@ -133,11 +148,11 @@ void ShmGroup::reduce_two_shot(Call& c) {
             }
           }
           if (k == chunks || my_len <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          Folder& folder = folder_for(c);
           for (int p = 0; p < n_; ++p) {
             inputs[p] = p == me_ ? at(d.send, off + my_lo, es) : at(area(p), my_lo, es);
           }
-          folder->fold(inputs.data(), n_, my_len, at(area(me_), chunk, es));
+          folder.fold(inputs.data(), n_, my_len, at(area(me_), chunk, es));
         });
     if (c.stop()) return;
   }
@@ -211,7 +226,6 @@ void ShmGroup::reduce_scatter_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
   const int64_t block_bytes = d.count * es;
-  std::optional<Folder> folder;
   std::vector<const void*>& inputs = inputs_;
   if (n_ > 1 && (n_ - 1) * block_bytes <= kInlineBytes) {
     // The blocks for all the peers fit in the step line together (2 ranks, blocks of up to
@@ -230,12 +244,12 @@ void ShmGroup::reduce_scatter_slots(Call& c) {
         },
         [&] {
           if (d.count <= 0) return;
-          folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          Folder& folder = folder_for(c);
           for (int p = 0; p < n_; ++p) {
             inputs[p] = p == me_ ? at(d.send, int64_t{me_} * d.count, es)
                                  : step_line(p).data + slot(p, me_);
           }
-          folder->fold(inputs.data(), n_, d.count, d.recv);
+          folder.fold(inputs.data(), n_, d.count, d.recv);
         });
     return;
   }
@@ -258,12 +272,12 @@ void ShmGroup::reduce_scatter_slots(Call& c) {
         },
         [&] {
           if (m <= 0) return;
-          if (!folder) folder.emplace(d.dtype, d.op, c.factors, n_, &fold_scratch_);
+          Folder& folder = folder_for(c);
           for (int p = 0; p < n_; ++p) {
             inputs[p] =
                 p == me_ ? at(d.send, int64_t{me_} * d.count + off, es) : area(p) + me_ * sub;
           }
-          folder->fold(inputs.data(), n_, m, at(d.recv, off, es));
+          folder.fold(inputs.data(), n_, m, at(d.recv, off, es));
         });
     if (c.stop()) return;
   }

@@ -43,6 +43,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,10 @@ class ShmGroup final : public Backend {
 
   // ---- collectives (shm_collectives.cc) ----
   void all_reduce(Call& c);  // also kReduce
+  // The Folder for call c's reduction: the last call's when it serves the same dtype, op and
+  // group (every call but kPremulSum's), else a new one, kept for the next call. Its block
+  // buffers live in fold_scratch_.
+  Folder& folder_for(const Call& c);
   void reduce_one_shot(Call& c);
   void reduce_two_shot(Call& c);
   void broadcast(Call& c);
@@ -289,8 +294,11 @@ class ShmGroup final : public Backend {
   uint64_t region_ = 0, prev_region_ = 0;  // the current and the previous step's regions
   int line_ = 0;                           // the current step's line (its parity)
   std::vector<uint8_t> fold_scratch_;      // Folder's block buffers, kept across calls
-  std::vector<const void*> inputs_;        // a fold's n input pointers, kept across calls
-  int64_t spin_ns_ = 20000;                // the adaptive spin budget (wait_at_least)
+  std::optional<Folder> folder_;           // the last call's Folder (folder_for)
+  uint64_t folder_call_ = 0;               // the group call index folder_ was made for
+  uint64_t zc_floor_bytes_ = 0;      // messages below it never try zero-copy or the kernel copy
+  std::vector<const void*> inputs_;  // a fold's n input pointers, kept across calls
+  int64_t spin_ns_ = 20000;          // the adaptive spin budget (wait_at_least)
   uint64_t calls_ = 0;
   uint64_t step_calls_ = 0;
   // Note [Small broadcast]: how many this rank made, the least `done` of the peers it last saw,

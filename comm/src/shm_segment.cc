@@ -158,10 +158,6 @@ void Segment::mark_mapped() {
   if (before + 1 == static_cast<uint32_t>(nranks_)) shm_unlink(name_.c_str());
 }
 
-ControlBlock& Segment::control(int rank) const {
-  return *reinterpret_cast<ControlBlock*>(base_ + control_off_ + rank * sizeof(ControlBlock));
-}
-
 uint8_t* Segment::slot(int rank) const {
   const uint64_t slot = header().slot_bytes;
   return base_ + slot_off_ + static_cast<size_t>(rank) * (slot + small_ring_bytes(slot));

@@ -193,6 +193,7 @@ void ShmGroup::zero_copy_candidate(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
   const int64_t bytes = d.count * es;
+  if (static_cast<uint64_t>(bytes) < zc_floor_bytes_) return;  // the common small call
   // Decided from the call, rank 0's header and the group's history alone: every rank takes
   // these branches alike.
   const bool arena = h.arena_bytes != 0 && bytes >= static_cast<int64_t>(h.zerocopy_bytes);

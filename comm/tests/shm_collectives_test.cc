@@ -647,6 +647,53 @@ TEST(ShmErrors, AllToAllVCountsThatDisagreeAreNamed) {
       << errors[1]->message();
 }
 
+// The backend keeps one Folder across calls (folder_for): each call must still fold with its
+// own dtype, op and premul factors, one step or several (small slots: the 4096-element calls
+// take several steps, where a premul call's factors must last to its last step).
+TEST(ShmCollectives, ConsecutiveCallsFoldWithTheirOwnDtypeOpAndFactors) {
+  ShmOptions o;
+  o.slot_bytes = 4096;  // the area holds 256 floats: 4096 elements take 16 steps or more
+  constexpr int kRanks = 3;
+  run_ranks(kRanks, o, milliseconds(30000), [](int me, Backend& backend) {
+    auto all_reduce = [&](DType dtype, ReduceOp op, double factor, void* buf, int64_t count) {
+      CollectiveDesc d;
+      d.dtype = dtype;
+      d.op = op;
+      d.premul_factor = factor;
+      d.send = d.recv = buf;
+      d.count = count;
+      backend.run(d)->wait();
+    };
+    for (const int64_t count : {int64_t{4}, int64_t{4096}}) {
+      // x_r = r + 1; factors differ between the two premul calls.
+      std::vector<float> a(count, me + 1.f);
+      all_reduce(DType::kF32, ReduceOp::kSum, 1.0, a.data(), count);
+      EXPECT_EQ(a.front(), 6.f);
+      EXPECT_EQ(a.back(), 6.f);
+      std::vector<float> b(count, me + 1.f);
+      all_reduce(DType::kF32, ReduceOp::kPremulSum, me + 1.0, b.data(), count);  // 1+4+9
+      EXPECT_EQ(b.front(), 14.f);
+      EXPECT_EQ(b.back(), 14.f);
+      std::vector<float> c(count, me + 1.f);
+      all_reduce(DType::kF32, ReduceOp::kPremulSum, 2.0 * me + 3, c.data(), count);  // 3+10+21
+      EXPECT_EQ(c.front(), 34.f);
+      EXPECT_EQ(c.back(), 34.f);
+      std::vector<float> m(count, me + 1.f);
+      all_reduce(DType::kF32, ReduceOp::kMax, 1.0, m.data(), count);
+      EXPECT_EQ(m.front(), 3.f);
+      EXPECT_EQ(m.back(), 3.f);
+      std::vector<double> e(count, 0.25 * (me + 1));
+      all_reduce(DType::kF64, ReduceOp::kSum, 1.0, e.data(), count);
+      EXPECT_EQ(e.front(), 1.5);
+      EXPECT_EQ(e.back(), 1.5);
+      std::vector<float> f(count, me + 1.f);
+      all_reduce(DType::kF32, ReduceOp::kSum, 1.0, f.data(), count);  // sum again after them
+      EXPECT_EQ(f.front(), 6.f);
+      EXPECT_EQ(f.back(), 6.f);
+    }
+  });
+}
+
 TEST(ShmErrors, PremulSumOnIntegersIsNotSupportedAndLeavesTheGroupUsable) {
   run_ranks(2, ShmOptions{}, milliseconds(10000), [](int, Backend& backend) {
     std::vector<int32_t> buf(4, 1);
