@@ -441,13 +441,17 @@ std::shared_ptr<Work> ProcessGroup::run(CollectiveDesc desc, const CallOptions& 
     BRAID_CHECK(!needs_recv(desc, rank()) || desc.recv != nullptr, kInvalidArgument,
                 std::string(op), ": recv buffer is null with count ", desc.count);
   }
-  // A timeout already in the descriptor counts as the call's own unless the options give one.
-  CallOptions resolved = o;
-  if (!resolved.timeout && desc.timeout.count() > 0) resolved.timeout = desc.timeout;
   // Likewise the stream: the options' when they name one, else the descriptor's.
   if (o.stream.handle != nullptr) desc.stream = o.stream;
   const CallRecord rec = record(desc, nullptr);
-  return impl_->submit(desc, resolved, rec);
+  // A timeout already in the descriptor counts as the call's own unless the options give one
+  // (the options are copied only then: a copy per call was measurable at 16 bytes).
+  if (!o.timeout && desc.timeout.count() > 0) {
+    CallOptions resolved = o;
+    resolved.timeout = desc.timeout;
+    return impl_->submit(desc, resolved, rec);
+  }
+  return impl_->submit(desc, o, rec);
 }
 
 }  // namespace braid

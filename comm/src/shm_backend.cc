@@ -199,7 +199,11 @@ std::shared_ptr<Work> ShmGroup::run(const CollectiveDesc& desc) {
     const bool reduction = desc.kind == CollectiveKind::kAllReduce ||
                            desc.kind == CollectiveKind::kReduce ||
                            desc.kind == CollectiveKind::kReduceScatter;
-    if (reduction) check_reducible(desc.dtype, desc.op);  // before any step: nothing to undo
+    // Before any step: nothing to undo. The last pair that passed is not checked again.
+    if (reduction && (desc.dtype != reducible_.dtype || desc.op != reducible_.op)) {
+      check_reducible(desc.dtype, desc.op);
+      reducible_ = {desc.dtype, desc.op};
+    }
   } catch (...) {
     return completed_work(std::current_exception());
   }

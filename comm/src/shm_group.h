@@ -295,7 +295,11 @@ class ShmGroup final : public Backend {
   int line_ = 0;                           // the current step's line (its parity)
   std::vector<uint8_t> fold_scratch_;      // Folder's block buffers, kept across calls
   std::optional<Folder> folder_;           // the last call's Folder (folder_for)
-  uint64_t folder_call_ = 0;               // the group call index folder_ was made for
+  struct {
+    DType dtype = DType::kF32;
+    ReduceOp op = ReduceOp::kSum;    // f32 sum is reducible
+  } reducible_;                      // the last (dtype, op) check_reducible passed
+  uint64_t folder_call_ = 0;         // the group call index folder_ was made for
   uint64_t zc_floor_bytes_ = 0;      // messages below it never try zero-copy or the kernel copy
   std::vector<const void*> inputs_;  // a fold's n input pointers, kept across calls
   int64_t spin_ns_ = 20000;          // the adaptive spin budget (wait_at_least)
