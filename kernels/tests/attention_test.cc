@@ -276,11 +276,13 @@ TEST(AttentionKernel, SameBitsForAnyThreadCount) {
 }
 
 // The amx level multiplies bf16 heads of head_dim % 32 == 0 on AMX tiles, which sum in
-// another order than the f32 fma chains of the other levels: some bit of the gradient differs
-// from the avx512bf16 level's (so the amx path ran; the forward's bf16 outputs may well all
-// round alike), the results stay within the level tolerance of
-// the reference (EverySimdLevelMatchesTheReference), and a head_dim the tiles do not take
-// gives the avx512bf16 level's bits exactly.
+// another order than the f32 fma chains of the avx512 level: some bit of the gradient differs
+// from that level's (so the amx path ran; the forward's bf16 outputs may well all round alike),
+// the results stay within the level tolerance of the reference
+// (EverySimdLevelMatchesTheReference), and a head_dim the tiles do not take gives the avx512
+// level's bits exactly. (The avx512bf16 level, the reference here until it got its vdpbf16ps
+// path, gave the avx512 level's bits for both head_dims: Avx512Bf16LevelRunsThePairPath failed
+// its != at head_dim 64 and passed its == at 8 before that path.)
 TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
   if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX";
   for (int64_t hd : {64, 8}) {
@@ -289,7 +291,7 @@ TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
     const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
     Result fma, amx;
     {
-      ScopedCpuIsa level(CpuIsa::kAvx512Bf16);
+      ScopedCpuIsa level(CpuIsa::kAvx512);
       fma = run_both(a, qkv, g);
     }
     {
@@ -301,6 +303,36 @@ TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
     } else {
       EXPECT_EQ(amx.out, fma.out);
       EXPECT_EQ(amx.dqkv, fma.dqkv);
+    }
+  }
+}
+
+// Without AMX (AMD Zen 4), the avx512bf16 level runs the same blocked loop with its products
+// as vdpbf16ps chains (attn_matmul_dpbf16): another summation order than the avx512 level's f32
+// fma chains, so some bit of the gradient differs from that level's (the pair path ran); the
+// results stay within the level tolerance of the reference (EverySimdLevelMatchesTheReference,
+// whose shapes include head_dim 32, 64 and 128); a head_dim the path does not take gives the
+// avx512 level's bits exactly.
+TEST(AttentionKernel, Avx512Bf16LevelRunsThePairPath) {
+  if (!cpu_supports(CpuIsa::kAvx512Bf16)) GTEST_SKIP() << "this CPU offers no AVX512_BF16";
+  for (int64_t hd : {64, 8}) {
+    const AttentionArgs a = make_args(2, 130, 2, hd, DType::kBF16, 0.1);
+    const auto qkv = encode(random_values(qkv_count(a), 11), DType::kBF16);
+    const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
+    Result fma, pairs;
+    {
+      ScopedCpuIsa level(CpuIsa::kAvx512);
+      fma = run_both(a, qkv, g);
+    }
+    {
+      ScopedCpuIsa level(CpuIsa::kAvx512Bf16);
+      pairs = run_both(a, qkv, g);
+    }
+    if (hd == 64) {
+      EXPECT_NE(pairs.dqkv, fma.dqkv);
+    } else {
+      EXPECT_EQ(pairs.out, fma.out);
+      EXPECT_EQ(pairs.dqkv, fma.dqkv);
     }
   }
 }

@@ -194,7 +194,7 @@ void backward_head_blocked(const RowParams<Acc>& rp, HeadIndex hi, Workspace<Acc
   }
 }
 
-// ---- the amx path (bf16, head_dim a multiple of 32, the kAmx level) ------------------------
+// ---- the tile path (bf16, head_dim a multiple of 32, the kAmx and kAvx512Bf16 levels) -----
 //
 // The blocked path's loop with its products on AMX tiles (AttnAmxMatmul, attention_impl.h).
 // Every operand of attention's products is a bf16 value (q, k, v, dout as stored; P' and dS
@@ -252,9 +252,16 @@ void amx_column_pairs(const uint16_t* src, int64_t tp, int64_t hd, uint16_t* dst
                                reinterpret_cast<uint32_t*>(dst), tp);
 }
 
+// On AMX tiles at the amx level, in vdpbf16ps chains at the avx512bf16 level (the caller's
+// ScopedCpuIsa).
 void amx_mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
             int64_t ldb, float* c, int64_t ldc, bool accumulate) {
-  avx512bf16::attn_matmul_amx(AttnAmxMatmul{m, n, k, a, lda, b, ldb, c, ldc, accumulate});
+  const AttnAmxMatmul g{m, n, k, a, lda, b, ldb, c, ldc, accumulate};
+  if (cpu_dispatch_isa() == CpuIsa::kAmx) {
+    avx512bf16::attn_matmul_amx(g);
+  } else {
+    avx512bf16::attn_matmul_dpbf16(g);
+  }
 }
 
 // Scores and probabilities of the block's rows (rows <= 32, keys [0, n), row stride np).
@@ -454,10 +461,11 @@ void run_head_amx(const Job<bfloat16>& job, int64_t bh) {
   if (job.backward) avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.kb.data());
   avx512bf16::attn_copy_rows(base + 2 * c, 3 * c, t_len, tp, hd, ws.rows.data());  // v
   avx512bf16::attn_row_pairs(ws.rows.data(), tp, hd, ws.vb.data());
+  const bool tiles = cpu_dispatch_isa() == CpuIsa::kAmx;  // else vdpbf16ps (amx_mm)
   if (!job.backward) {
-    avx512bf16::attn_amx_begin();
+    if (tiles) avx512bf16::attn_amx_begin();
     forward_head_amx(rp, hi, ws, t_len, hd);
-    avx512bf16::attn_amx_end();
+    if (tiles) avx512bf16::attn_amx_end();
     store_tile(ws.out.data(), t_len, hd, job.out + hi.b * t_len * c + hi.h * hd, c);
     return;
   }
@@ -467,9 +475,9 @@ void run_head_amx(const Job<bfloat16>& job, int64_t bh) {
       reinterpret_cast<const uint16_t*>(job.dout) + hi.b * t_len * c + hi.h * hd, c, t_len, tp, hd,
       ws.da.data());
   amx_transpose(ws.da.data(), tp, hd, ws.rows.data(), ws.dt.data());
-  avx512bf16::attn_amx_begin();
+  if (tiles) avx512bf16::attn_amx_begin();
   backward_head_amx(rp, hi, ws, t_len, hd);
-  avx512bf16::attn_amx_end();
+  if (tiles) avx512bf16::attn_amx_end();
   bfloat16* dbase = job.out + hi.b * t_len * 3 * c + hi.h * hd;
   store_tile(ws.dq.data(), t_len, hd, dbase, 3 * c);
   for (auto [acc, offset] : {std::pair{&ws.dkt, c}, std::pair{&ws.dvt, 2 * c}}) {
@@ -488,7 +496,9 @@ void run(const Job<T>& job) {
   const CpuIsa isa = cpu_dispatch_isa();
   const bool reference = isa == CpuIsa::kScalar;
   if constexpr (std::is_same_v<T, bfloat16>) {
-    if (isa == CpuIsa::kAmx && a.head_dim % kAmxTile == 0) {
+    // The tile path: AMX tiles, or vdpbf16ps where the CPU has AVX512_BF16 but no AMX (its
+    // f32 fma chains were 12.7% of the tiny GPT's bf16 step on a Zen 4).
+    if ((isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512Bf16) && a.head_dim % kAmxTile == 0) {
       parallel_for(a.batch * a.n_head, [&](int64_t bh) {
         ScopedCpuIsa level(isa);
         run_head_amx(job, bh);

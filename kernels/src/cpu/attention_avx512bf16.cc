@@ -1,6 +1,7 @@
-// The amx level's pieces of the causal attention (attention_impl.h, AttnAmxMatmul): bf16
-// products on AMX tiles and the conversions of rounded f32 rows to bf16 operands. The per-head
-// loop that uses them is attention.cc's (the amx path).
+// The tile path's pieces of the causal attention (attention_impl.h, AttnAmxMatmul): bf16
+// products on AMX tiles (the amx level) or in vdpbf16ps chains (the avx512bf16 level), and the
+// conversions of rounded f32 rows to bf16 operands. The per-head loop that uses them is
+// attention.cc's (the tile path).
 #include <cstdint>
 #include <cstring>
 
@@ -28,6 +29,44 @@ void attn_matmul_amx(const AttnAmxMatmul& g) {
         amx_block<true>(ktiles, a, g.lda, b, g.ldb, c, g.ldc);
       } else {
         amx_block<false>(ktiles, a, g.lda, b, g.ldb, c, g.ldc);
+      }
+    }
+  }
+}
+
+// The same products without tiles (a CPU with AVX512_BF16 but no AMX: AMD Zen 4). A block of
+// 8 rows x 32 columns of C sits in 16 registers; for each k-pair, the two B registers (32
+// columns of the pair row) are loaded once and each row's A pair is broadcast into them with
+// vdpbf16ps, which adds a[2p] b[2p][j] + a[2p+1] b[2p+1][j] to the f32 sum. m, n and k are
+// multiples of 32 (the callers pad), so no block has a remainder.
+void attn_matmul_dpbf16(const AttnAmxMatmul& g) {
+  constexpr int kRows = 8;
+  const int64_t pairs = g.k / 2;
+  for (int64_t i = 0; i < g.m; i += kRows) {
+    for (int64_t j = 0; j < g.n; j += 32) {
+      __m512 acc[kRows][2];
+      for (int r = 0; r < kRows; ++r) {
+        float* c = g.c + (i + r) * g.ldc + j;
+        acc[r][0] = g.accumulate ? _mm512_loadu_ps(c) : _mm512_setzero_ps();
+        acc[r][1] = g.accumulate ? _mm512_loadu_ps(c + 16) : _mm512_setzero_ps();
+      }
+      const uint16_t* a = g.a + i * g.lda;
+      const uint16_t* b = g.b + 2 * j;  // the block's 32 columns of every pair row
+      for (int64_t p = 0; p < pairs; ++p) {
+        const auto b0 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * g.ldb));
+        const auto b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + p * g.ldb + 32));
+        for (int r = 0; r < kRows; ++r) {
+          uint32_t pair;
+          std::memcpy(&pair, a + r * g.lda + 2 * p, sizeof pair);
+          const auto ar = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], ar, b0);
+          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], ar, b1);
+        }
+      }
+      for (int r = 0; r < kRows; ++r) {
+        float* c = g.c + (i + r) * g.ldc + j;
+        _mm512_storeu_ps(c, acc[r][0]);
+        _mm512_storeu_ps(c + 16, acc[r][1]);
       }
     }
   }

@@ -60,6 +60,8 @@ namespace avx512bf16 {
 void attn_amx_begin();
 void attn_amx_end();
 void attn_matmul_amx(const AttnAmxMatmul& g);
+// The same product with vdpbf16ps (AVX512_BF16 without AMX); another summation order.
+void attn_matmul_dpbf16(const AttnAmxMatmul& g);
 // dst[0, n) = the bf16 bits of src[0, n) (values already rounded to bf16: exact), then
 // zeros up to n_pad.
 void attn_bf16_bits(const float* src, int64_t n, int64_t n_pad, uint16_t* dst);
