@@ -275,6 +275,31 @@ TEST(AttentionKernel, SameBitsForAnyThreadCount) {
   }
 }
 
+// A bf16 head at the avx512 level and at `level`, whose own products take head_dim 64 but not
+// 8: some gradient bit differs at 64 (its path ran), every bit is the same at 8.
+void expect_own_path_at_head_dim_64(CpuIsa level) {
+  for (int64_t hd : {64, 8}) {
+    const AttentionArgs a = make_args(2, 130, 2, hd, DType::kBF16, 0.1);
+    const auto qkv = encode(random_values(qkv_count(a), 11), DType::kBF16);
+    const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
+    Result fma, own;
+    {
+      ScopedCpuIsa scoped(CpuIsa::kAvx512);
+      fma = run_both(a, qkv, g);
+    }
+    {
+      ScopedCpuIsa scoped(level);
+      own = run_both(a, qkv, g);
+    }
+    if (hd == 64) {
+      EXPECT_NE(own.dqkv, fma.dqkv) << cpu_isa_name(level);
+    } else {
+      EXPECT_EQ(own.out, fma.out) << cpu_isa_name(level);
+      EXPECT_EQ(own.dqkv, fma.dqkv) << cpu_isa_name(level);
+    }
+  }
+}
+
 // The amx level multiplies bf16 heads of head_dim % 32 == 0 on AMX tiles, which sum in
 // another order than the f32 fma chains of the avx512 level: some bit of the gradient differs
 // from that level's (so the amx path ran; the forward's bf16 outputs may well all round alike),
@@ -285,26 +310,7 @@ TEST(AttentionKernel, SameBitsForAnyThreadCount) {
 // its != at head_dim 64 and passed its == at 8 before that path.)
 TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
   if (!cpu_supports(CpuIsa::kAmx)) GTEST_SKIP() << "this CPU (or its OS) offers no AMX";
-  for (int64_t hd : {64, 8}) {
-    const AttentionArgs a = make_args(2, 130, 2, hd, DType::kBF16, 0.1);
-    const auto qkv = encode(random_values(qkv_count(a), 11), DType::kBF16);
-    const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
-    Result fma, amx;
-    {
-      ScopedCpuIsa level(CpuIsa::kAvx512);
-      fma = run_both(a, qkv, g);
-    }
-    {
-      ScopedCpuIsa level(CpuIsa::kAmx);
-      amx = run_both(a, qkv, g);
-    }
-    if (hd == 64) {
-      EXPECT_NE(amx.dqkv, fma.dqkv);
-    } else {
-      EXPECT_EQ(amx.out, fma.out);
-      EXPECT_EQ(amx.dqkv, fma.dqkv);
-    }
-  }
+  expect_own_path_at_head_dim_64(CpuIsa::kAmx);
 }
 
 // Without AMX (AMD Zen 4), the avx512bf16 level runs the same blocked loop with its products
@@ -315,26 +321,7 @@ TEST(AttentionKernel, AmxLevelRunsTheTilePath) {
 // avx512 level's bits exactly.
 TEST(AttentionKernel, Avx512Bf16LevelRunsThePairPath) {
   if (!cpu_supports(CpuIsa::kAvx512Bf16)) GTEST_SKIP() << "this CPU offers no AVX512_BF16";
-  for (int64_t hd : {64, 8}) {
-    const AttentionArgs a = make_args(2, 130, 2, hd, DType::kBF16, 0.1);
-    const auto qkv = encode(random_values(qkv_count(a), 11), DType::kBF16);
-    const auto g = encode(random_values(out_count(a), 12), DType::kBF16);
-    Result fma, pairs;
-    {
-      ScopedCpuIsa level(CpuIsa::kAvx512);
-      fma = run_both(a, qkv, g);
-    }
-    {
-      ScopedCpuIsa level(CpuIsa::kAvx512Bf16);
-      pairs = run_both(a, qkv, g);
-    }
-    if (hd == 64) {
-      EXPECT_NE(pairs.dqkv, fma.dqkv);
-    } else {
-      EXPECT_EQ(pairs.out, fma.out);
-      EXPECT_EQ(pairs.dqkv, fma.dqkv);
-    }
-  }
+  expect_own_path_at_head_dim_64(CpuIsa::kAvx512Bf16);
 }
 
 // loss = sum(out * g); its gradient with respect to qkv is backward(g). Central differences
