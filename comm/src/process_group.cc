@@ -132,11 +132,16 @@ uint64_t ProcessGroup::Impl::signature(const CollectiveDesc& desc) const {
   const uint64_t small = static_cast<uint64_t>(desc.kind) |
                          uint64_t{static_cast<uint8_t>(desc.dtype)} << 8 | op << 16 | root << 32;
   const auto count = static_cast<uint64_t>(desc.count);
-  // A loop of like calls hashes once: the two mixes were 5% of a 16-byte call.
-  if (small != last_signature.small || count != last_signature.count) {
-    last_signature = {small, count, mix(mix(id_hash ^ small) ^ count)};
+  // A loop of like calls hashes once: the two mixes were 5% of a 16-byte call. The last inputs
+  // and result are the calling thread's own, so calls from several threads cannot mix them.
+  struct Last {
+    uint64_t id_hash = 0, small = ~uint64_t{0}, count = 0, hash = 0;
+  };
+  thread_local Last last;
+  if (id_hash != last.id_hash || small != last.small || count != last.count) {
+    last = {id_hash, small, count, mix(mix(id_hash ^ small) ^ count)};
   }
-  return last_signature.hash;
+  return last.hash;
 }
 
 std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc& desc, const CallOptions& o,

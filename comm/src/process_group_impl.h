@@ -49,11 +49,6 @@ struct ProcessGroup::Impl {
   bool debug_mode = false;
   std::atomic<uint64_t> seq{0};
   uint64_t id_hash = 0;  // FNV-1a of id: where every call's signature starts
-  // signature()'s last inputs and result (the calls of a group are made one at a time).
-  struct LastSignature {
-    uint64_t small = ~uint64_t{0}, count = 0, hash = 0;
-  };
-  mutable LastSignature last_signature;
   // The backend's capabilities as bit sets (by enum value), filled by make_backend().
   uint64_t kind_bits = 0, dtype_bits = 0, device_bits = 0;
   std::atomic<uint64_t> children{0};
