@@ -131,6 +131,27 @@ TEST(ConfigYaml, KeysYamlWouldMisreadAreQuoted) {
   EXPECT_EQ(to_yaml(back), y);
 }
 
+// YAML limits an implicit key to 1024 characters (yaml-cpp: "illegal map value"); longer keys
+// from the input are written as explicit keys ("? key" and ":" on the next line) and read back.
+// The fuzzer found a 1,092-character fp8_config key that did not (docs/fuzzing.md, "Fourth long
+// run"; corpus crash-long-key.yaml).
+TEST(ConfigYaml, KeysLongerThanAnImplicitKeyRoundTrip) {
+  AcceleratorConfig c;
+  for (size_t n : {1020, 1021, 1022, 1023, 1024, 1025, 1026, 2000}) {
+    c.fp8_config["f" + std::string(n - 1, ')')] = std::to_string(n);
+    c.extra["x" + std::string(n - 1, 'y')] = std::to_string(n);
+  }
+  c.fp8_config[":" + std::string(1500, 'q')] = "needs quotes";
+  const std::string y = to_yaml(c);
+  EXPECT_NE(y.find("\n  ? f)))"), std::string::npos);
+  ConfigOptions opts;
+  opts.any_extra_key = true;
+  AcceleratorConfig back = reload(y, opts);
+  EXPECT_EQ(back.fp8_config, c.fp8_config);
+  EXPECT_EQ(back.extra, c.extra);
+  EXPECT_EQ(to_yaml(back), y);
+}
+
 // Every real file: load, write, load again; the two configs write the same text, and the
 // fields the file sets survive.
 TEST(ConfigYaml, RealAccelerateFilesRoundTrip) {
