@@ -75,9 +75,9 @@ std::shared_ptr<Work> completed_work(std::exception_ptr error) {
   // keeps an allocation off the latency path of every synchronous collective. It lives for the
   // whole program and is handed out without a control block (the aliasing constructor over an
   // empty shared_ptr): copying and dropping it touch no reference count, two atomic operations
-  // less on every such call. use_count() reads 0 on it.
-  static auto* const done_work = new CompletedWork(nullptr);  // never destroyed: a Work may
-                                                              // outlive static destruction
+  // less on every such call. use_count() reads 0 on it. Never destroyed: a Work may outlive
+  // static destruction.
+  static auto* const done_work = new CompletedWork(nullptr);
   if (!error) return std::shared_ptr<Work>(std::shared_ptr<Work>(), done_work);
   return std::make_shared<CompletedWork>(std::move(error));
 }
