@@ -58,10 +58,13 @@ TEST(QuantizedDispatch, SmolLm135mAtFullSize) {
   // in 64 steps of 0.7 to 1 s on the Zen 4 of docs/performance.md.
   check.training = {
       .batch = 2, .seq = 64, .lr = 3e-4, .max_steps = 120, .stop_loss = 0.01, .max_f32_loss = 0.05};
-  // GPT-2's bounds. Measured 0.4%, 3.3%, 5.4% of the largest f32 logit (13.8); each bound is
-  // below half the smallest f32 top-2 margin over the generated positions (4.85, 35% of the
-  // largest logit), so an error within it cannot flip a greedy token.
-  check.modes = {{"int8", 0.01}, {"nf4-dq", 0.05}, {"fp4", 0.075}};
+  // Measured 0.4%, 3.3%, 5.4% of the largest f32 logit (13.8) on a Zen 4 and 0.34%, 8.25%, 5.57%
+  // (of 13.95) on a Xeon with AMX: the trained model differs with the bf16 GEMM's summation
+  // order (the quantized generation at another SIMD level gives the same error to the bit), and
+  // the largest NF4 error of the Xeon's model is 2.5 times the Zen 4's. Each bound is below half
+  // the smallest f32 top-2 margin over the generated positions (4.85 and 3.52), so an error
+  // within it cannot flip a greedy token; a broken dequantization measured 92%.
+  check.modes = {{"int8", 0.01}, {"nf4-dq", 0.10}, {"fp4", 0.075}};
   // max_memory at 25% of the f32 size, below the 4-bit models' 168 and 173 MB (31% and 32%): the
   // tied embedding is a smaller share of this model than of GPT-2 small, so at GPT-2's 40% the
   // NF4 model fits and nothing goes to disk.
