@@ -55,6 +55,7 @@ CpuFeatures detect() {
     f.brand = brand;
     while (!f.brand.empty() && f.brand.back() == ' ') f.brand.pop_back();
   }
+  if (ext.a >= 0x80000001u) f.prefetchw = bit(cpuid(0x80000001u).c, 8);
   if (max_leaf < 7) return f;
 
   const Regs r1 = cpuid(1);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -50,6 +52,20 @@ TEST(CpuFeatures, LevelsFormALattice) {
   }
   EXPECT_LE(static_cast<int>(cpu_active_isa()), static_cast<int>(cpu_max_isa()));
   EXPECT_FALSE(f.vendor.empty());
+}
+
+// PREFETCHW as the Linux kernel reads it: its name for the cpuid bit is "3dnowprefetch".
+TEST(CpuFeatures, PrefetchwAgreesWithTheKernel) {
+  std::ifstream in("/proc/cpuinfo");
+  if (!in) GTEST_SKIP() << "no /proc/cpuinfo";
+  std::string line;
+  while (std::getline(in, line) && line.rfind("flags", 0) != 0) {
+  }
+  if (line.empty()) GTEST_SKIP() << "/proc/cpuinfo has no flags line";
+  std::istringstream flags(line.substr(line.find(':') + 1));
+  bool listed = false;
+  for (std::string f; flags >> f;) listed = listed || f == "3dnowprefetch";
+  EXPECT_EQ(cpu_features().prefetchw, listed) << line;
 }
 
 TEST(ScopedCpuIsa, ForcesAndNests) {

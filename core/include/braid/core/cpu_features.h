@@ -15,6 +15,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // AVX512_BF16 (vcvtne2ps2bf16, vdpbf16ps)
   bool avx512_fp16 = false;  // AVX512_FP16
   bool amx_tile = false;     // AMX-TILE with AMX-BF16
+  bool prefetchw = false;    // PREFETCHW (a prefetch that asks for the line to write it)
   std::string vendor;        // "AuthenticAMD", "GenuineIntel", ...
   std::string brand;         // the processor's brand string
 };
