@@ -150,7 +150,10 @@ std::shared_ptr<Work> ProcessGroup::Impl::submit(CollectiveDesc& desc, const Cal
   if (!member()) require_member(collective_name(desc.kind));
   check_capabilities(desc);
   desc.timeout = resolve_timeout(o);
-  desc.seq = ++seq;
+  // Not a fetch_add: a group's calls are made one at a time (their order is what every rank
+  // must agree on, as in c10d), and the locked instruction was 4-5% of a 16-byte call.
+  desc.seq = seq.load(std::memory_order_relaxed) + 1;
+  seq.store(desc.seq, std::memory_order_relaxed);
   desc.signature = signature(desc);
   if (debug_mode) debug_check(desc, rec);
   BRAID_LOG(kTrace) << collective_name(desc.kind) << " #" << desc.seq << " on group " << id << ": "

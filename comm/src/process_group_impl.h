@@ -47,6 +47,8 @@ struct ProcessGroup::Impl {
   std::string backend_name;
   std::chrono::milliseconds timeout{0};
   bool debug_mode = false;
+  // Advanced by submit. Atomic (relaxed) so that calls from different threads, one at a time, need
+  // no other synchronization.
   std::atomic<uint64_t> seq{0};
   uint64_t id_hash = 0;  // FNV-1a of id: where every call's signature starts
   // The backend's capabilities as bit sets (by enum value), filled by make_backend().
