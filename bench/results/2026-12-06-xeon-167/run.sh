@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 35's tables on one machine from single runs (docs/performance.md, "Issue 35 on a Xeon
-# with AMX (family 6 model 167)"): braid / limit program / OpenMPI for the four collectives at
+# with AMX: braid / limit / OpenMPI / PyTorch from single runs"; family 6 model 167): braid / limit program / OpenMPI for the four collectives at
 # 2 and 4 ranks, and the bf16 training steps against PyTorch (tiny GPT, GPT-2 small in one
 # process, GPT-2 small with 2 ranks against torch DDP over gloo).
 # Usage: run.sh [out dir (this folder)] [build dir (build)]
