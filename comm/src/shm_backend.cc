@@ -167,7 +167,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   }
   inputs_.resize(n_);
   init_arena();
-  seg_->touch_bcast_rings();
+  seg_->touch_pages(me_);
   // Rank 0's kernel_copy_bytes decides for the group; a rank whose own is 0 does not offer its
   // buffers, which turns the path off for the group at its first call (Note [Kernel copy]).
   if (seg_->header().kernel_copy_bytes != 0 && options.kernel_copy_bytes != 0) {

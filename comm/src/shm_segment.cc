@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -182,14 +183,27 @@ uint8_t* Segment::bcast_slot(int rank, int k) const {
   return ring + kBcastCellsBytes + static_cast<size_t>(k) * kBcastCellBytes;
 }
 
-void Segment::touch_bcast_rings() const {
+void Segment::touch_pages(int me) const {
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14
 #endif
-  // Populates the page tables without reading the bytes (peers may already write them). An
-  // older kernel refuses (EINVAL): the first turn of the rings then takes the faults.
-  const size_t bytes = round_up(static_cast<size_t>(nranks_) * kBcastStride, kPage);
-  (void)madvise(base_ + bcast_off_, bytes, MADV_POPULATE_READ);
+  // Populates the page tables without reading the bytes (peers may already write them); the
+  // pages themselves exist already (create() reserved them). An older kernel refuses (EINVAL):
+  // the first use of each page then takes the fault.
+  auto populate = [&](size_t begin, size_t end) {
+    const size_t from = begin / kPage * kPage, to = std::min(round_up(end, kPage), bytes_);
+    if (to > from) (void)madvise(base_ + from, to - from, MADV_POPULATE_READ);
+  };
+  const size_t n = static_cast<size_t>(nranks_);
+  const uint64_t slot = header().slot_bytes;
+  populate(slot_off_, slot_off_ + n * (slot + small_ring_bytes(slot)));  // every rank's slot
+  const size_t me_row = mailbox_off_ + static_cast<size_t>(me) * n * mailbox_stride_;
+  populate(me_row, me_row + n * mailbox_stride_);  // the mailboxes this rank sends through
+  for (size_t src = 0; src < n; ++src) {           // and those it receives from
+    const size_t box = mailbox_off_ + (src * n + static_cast<size_t>(me)) * mailbox_stride_;
+    populate(box, box + mailbox_stride_);
+  }
+  populate(bcast_off_, bcast_off_ + n * kBcastStride);  // every rank's small-broadcast ring
 }
 
 uint8_t* Segment::arena(int rank) const {

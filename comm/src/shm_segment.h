@@ -180,10 +180,13 @@ class Segment {
   // Cell j of rank `rank`'s small-broadcast ring, and its data slot k (kBcastCellBytes).
   BcastCell& bcast_cell(int rank, int j) const;
   uint8_t* bcast_slot(int rank, int k) const;
-  // Maps every page of every rank's cells and data slots into this process now: their first
-  // use would otherwise take a page fault per 4 KiB slot in the timed calls (the first turn of
-  // 256 slots cost 64-byte broadcasts on 2 ranks 1.0-1.2 us against 0.2-0.3 after it).
-  void touch_bcast_rings() const;
+  // Maps into this process now every page of the segment that rank `me` reads or writes
+  // outside the arenas: every rank's slot and small-broadcast ring, and the mailboxes to and
+  // from `me`. The first use of each would otherwise take a page fault in a timed call: the first
+  // turn of 256 broadcast slots cost 64-byte broadcasts on 2 ranks 1.0-1.2 us against 0.2-0.3
+  // after it, and the first turn of a 2 MiB staging ring held 4-rank all_gathers of 8 KiB a rank
+  // at 20-25 us against 6 after it (docs/performance.md, "The staging rings' first turn").
+  void touch_pages(int me) const;
   // Rank `rank`'s arena (header().arena_bytes bytes; its pages are reserved by reserve()).
   uint8_t* arena(int rank) const;
   // Reserves the pages of [offset, offset + bytes) of this rank's arena (fallocate on the
