@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "braid/comm/store.h"
 #include "braid/comm/work.h"
@@ -88,9 +89,14 @@ ShmOptions shm_options_from_env() {
   o.nontemporal_bytes = env_bytes("BRAID_SHM_NONTEMPORAL_BYTES", o.nontemporal_bytes, 0);
   o.kernel_copy_bytes = env_bytes("BRAID_SHM_KERNEL_COPY_BYTES", o.kernel_copy_bytes, 0);
   o.bcast_bytes = env_bytes("BRAID_SHM_BCAST_BYTES", o.bcast_bytes, 0);
-  BRAID_CHECK(o.bcast_bytes <= static_cast<uint64_t>(shm::kBcastCellBytes), kInvalidArgument,
-              "environment variable BRAID_SHM_BCAST_BYTES=", o.bcast_bytes,
-              " is too large (expected at most ", shm::kBcastCellBytes, " bytes)");
+  o.bcast_shared_bytes = env_bytes("BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes, 0);
+  for (const auto& [name, value] :
+       {std::pair{"BRAID_SHM_BCAST_BYTES", o.bcast_bytes},
+        std::pair{"BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes}}) {
+    BRAID_CHECK(value <= static_cast<uint64_t>(shm::kBcastMaxBytes), kInvalidArgument,
+                "environment variable ", name, "=", value, " is too large (expected at most ",
+                shm::kBcastMaxBytes, " bytes)");
+  }
   if (const char* algo = std::getenv("BRAID_SHM_ALGO"); algo && *algo) {
     BRAID_CHECK(parse_shm_algo(algo, &o.algo), kInvalidArgument,
                 "environment variable BRAID_SHM_ALGO='", algo,
@@ -143,7 +149,8 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                          options.zerocopy_bytes, options.chunk_bytes, options.nontemporal_bytes,
                          options.kernel_copy_bytes,
                          // Note [Kernel copy]: ranks that share CPUs stage large results.
-                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0, options.bcast_bytes};
+                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0,
+                         n_ > usable_cpus() ? options.bcast_shared_bytes : options.bcast_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {

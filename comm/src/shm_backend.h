@@ -43,9 +43,13 @@ struct ShmOptions {
   // never; docs/shm.md, "Kernel copy").
   uint64_t kernel_copy_bytes = uint64_t{32} << 10;
   // Largest broadcast (bytes) that takes the small-broadcast path (BRAID_SHM_BCAST_BYTES; at
-  // most 4096; 0: never): the root writes a cell of its ring and returns, the others copy it
-  // out (docs/shm.md, "Small broadcasts").
-  uint64_t bcast_bytes = 4096;
+  // most shm::kBcastMaxBytes, 256 KiB; 0: never): the root writes its ring and returns, the
+  // others copy the message out (docs/shm.md, "Small broadcasts"). Rank 0's value decides.
+  uint64_t bcast_bytes = uint64_t{16} << 10;
+  // The same where the group has more ranks than rank 0 has CPUs (BRAID_SHM_BCAST_SHARED_BYTES):
+  // there every step-protocol call waits for every rank to get a core, and the path, which
+  // waits for the root alone, wins at every size it takes (4 and 8 ranks on 2 vCPUs).
+  uint64_t bcast_shared_bytes = uint64_t{256} << 10;
 };
 
 // The options from the environment (defaults above). Throws kInvalidArgument naming the

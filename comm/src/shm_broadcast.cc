@@ -11,13 +11,18 @@
 // has filled.
 //   - Broadcast b (counted over the group's life, the same on every rank) uses cell
 //     b % kBcastCells of the root's ring; the cell's `seq` becomes b+1 once it holds the data.
-//     A message of up to kInlineBytes travels in the cell; a larger one in the root's next data
-//     slot (round robin over kBcastSlots), which the cell names.
+//     A message of up to kInlineBytes travels in the cell; a larger one (up to kBcastMaxBytes)
+//     in the root's next data slots, consecutive (a message that would pass the last slot
+//     starts over at slot 0), the first of which the cell names.
 //   - Every rank, root included, sets its `done` to b+1 after the call. Before the root writes
 //     cell b % kBcastCells it waits until every other rank's `done` >= b+1-kBcastCells: the
 //     cell's previous message (broadcast b-kBcastCells at the latest) has been read by all.
-//     Whoever was the root of that one, `done` covers it. Likewise before it rewrites a data
-//     slot: `done` past the broadcast that used the slot last (the root keeps which).
+//     Whoever was the root of that one, `done` covers it. Likewise before it rewrites data
+//     slots: `done` past the latest broadcast that used one of them (the root keeps which).
+//   - The limit (the header's bcast_bytes): rank 0's bcast_bytes, or its bcast_shared_bytes
+//     where the group has more ranks than it has CPUs. There a step-protocol call waits until
+//     every rank has had a core, and this path, which waits for the root alone, won at every
+//     size up to kBcastMaxBytes (8 ranks on 2 vCPUs, 64 KiB: 13 us against 34; docs/shm.md).
 //   - Depth: 256 cells and 256 data slots (1 MiB per rank). With 4 ranks on 2 vCPUs, 16 cells
 //     left the 16-byte broadcast at 0.64-0.80 of OpenMPI's speed, 64 at 0.90-1.12, 256 at
 //     2.2-2.6; 64 data slots left 64 bytes at 0.86-1.19, 256 at 1.7-2.5 (docs/performance.md):
@@ -55,7 +60,11 @@ bool ShmGroup::small_broadcast(const Call& c) const {
   const CollectiveDesc& d = c.desc;
   const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
   if (bytes > h.bcast_bytes) return false;
-  // A call that may read the root's buffer in place keeps that path (zero_copy_candidate).
+  // Up to a data slot, a call that may read the root's buffer in place keeps that path
+  // (zero_copy_candidate; only with thresholds lowered below 4 KiB). Larger messages take this
+  // path only where the group's bcast_bytes says so (more ranks than CPUs), and there it is
+  // meant to win over the zero-copy paths, whose calls are barriers.
+  if (bytes > static_cast<uint64_t>(kBcastCellBytes)) return true;
   const bool arena = h.arena_bytes != 0 && bytes >= h.zerocopy_bytes;
   return d.count <= 0 || (!arena && !tries_kernel_copy(c));
 }
@@ -102,15 +111,29 @@ void ShmGroup::broadcast_small(Call& c) {
     BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
     uint8_t* data = cell.data;
     if (bytes > kInlineBytes) {
-      const uint32_t k = bcast_next_slot_++ % kBcastSlots;
-      // A slot last used kBcastCells or more broadcasts ago is covered by the wait above.
-      if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
-        wait_bcast_done(c, bcast_slot_user_[k] + 1);
+      // Consecutive slots, so that the message is contiguous: one that would wrap starts over
+      // at slot 0.
+      const uint32_t slots = static_cast<uint32_t>((bytes + kBcastCellBytes - 1) / kBcastCellBytes);
+      uint32_t first = bcast_next_slot_ % kBcastSlots;
+      if (first + slots > static_cast<uint32_t>(kBcastSlots)) first = 0;
+      bcast_next_slot_ = first + slots;
+      // A slot last used kBcastCells or more broadcasts ago is covered by the wait above; of
+      // the others, the latest user decides (`done` only grows).
+      bool wait = false;
+      uint32_t latest = 0;
+      for (uint32_t k = first; k < first + slots; ++k) {
+        if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
+          if (!wait || static_cast<int32_t>(bcast_slot_user_[k] - latest) > 0) {
+            latest = bcast_slot_user_[k];
+          }
+          wait = true;
+        }
+        bcast_slot_user_[k] = b;
+        bcast_slot_used_[k] = true;
       }
-      bcast_slot_user_[k] = b;
-      bcast_slot_used_[k] = true;
-      cell.slot = static_cast<uint8_t>(k);
-      data = seg_->bcast_slot(me_, static_cast<int>(k));
+      if (wait) wait_bcast_done(c, latest + 1);
+      cell.slot = static_cast<uint8_t>(first);
+      data = seg_->bcast_slot(me_, static_cast<int>(first));
     }
     cell.call_index = c.index;
     cell.front_seq = d.seq;

@@ -139,6 +139,10 @@ class ShmGroup final : public Backend {
   // them that read a peer's ordinary buffer with process_vm_readv (Note [Kernel copy]).
   uint64_t zero_copy_calls() const { return zero_copy_calls_.load(std::memory_order_relaxed); }
   uint64_t kernel_copy_calls() const { return kernel_copy_calls_.load(std::memory_order_relaxed); }
+  // Broadcasts that took the small-broadcast path (on the calling rank's thread), and the
+  // largest the group lets take it (rank 0's bcast_bytes or bcast_shared_bytes).
+  uint32_t small_broadcasts() const { return bcasts_; }
+  uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
 
  private:
   void dispatch(const CollectiveDesc& desc);

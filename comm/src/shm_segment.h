@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;         // 6: a small broadcast may take several data slots
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -69,11 +69,14 @@ static_assert(sizeof(StepLine) == 64);
 
 // Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
 // rank writes as the root of broadcast b being cell b % kBcastCells. A cell carries up to
-// kInlineBytes inside it; a larger message (up to kBcastCellBytes) goes into one of the rank's
-// kBcastSlots data slots, which the cell names.
+// kInlineBytes inside it; a larger message (up to kBcastMaxBytes) goes into consecutive data
+// slots of the rank's kBcastSlots, the first of which the cell names.
 inline constexpr int kBcastCells = 256;
 inline constexpr int kBcastSlots = 256;
 inline constexpr int64_t kBcastCellBytes = 4096;
+// The largest message of the path: a quarter of the data slots, so that a root still finds
+// slots its receivers have read while the latest messages are being read.
+inline constexpr int64_t kBcastMaxBytes = kBcastSlots / 4 * kBcastCellBytes;
 
 struct alignas(64) BcastCell {
   std::atomic<uint32_t> seq{0};  // b+1 once the root wrote small broadcast b here (futex word)
@@ -153,7 +156,7 @@ struct SegmentConfig {
   uint64_t nontemporal_bytes = 0;
   uint64_t kernel_copy_bytes = 0;
   uint64_t kernel_copy_limit = 0;
-  uint64_t bcast_bytes = 0;  // at most kBcastCellBytes
+  uint64_t bcast_bytes = 0;  // at most kBcastMaxBytes
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

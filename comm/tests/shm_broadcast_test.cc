@@ -10,13 +10,16 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../src/shm_backend.h"
+#include "../src/shm_group.h"
 #include "../src/shm_segment.h"
+#include "../src/wait_policy.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "comm_test_util.h"
@@ -54,12 +57,28 @@ int32_t value(int k, int root, int64_t i) {
   return k * 100003 + root * 1009 + static_cast<int32_t>(i);
 }
 
-// Call k of the sequence: a broadcast of counts around the path's limit (4096 bytes = 1024 i32)
-// from root k % n, in place every other call; every 7th call an all_reduce (a step call between
-// small broadcasts).
-void run_sequence(int me, int n, Backend& b, int calls) {
-  const int64_t counts[] = {0, 1, 3, 4, 5, 16, 17, 255, 1024, 1025, 2};
-  std::vector<int32_t> send(2048), recv(2048);
+// Counts (i32) around a path limit of 4096 bytes (1024 i32), one data slot.
+const std::vector<int64_t> kAroundOneSlot = {0, 1, 3, 4, 5, 16, 17, 255, 1024, 1025, 2};
+// Counts that take several data slots under a limit of shm::kBcastMaxBytes (65536 i32), the
+// limit itself, one past it (the step protocol) and a slot: the messages wrap the ring of 256
+// slots at ever other places, and each root waits for slots its receivers are still reading.
+const std::vector<int64_t> kManySlots = {1025, 65536, 16384, 40000, 65537, 3, 1024, 20000, 4097};
+
+// Options whose path limit is `bytes`, whether or not the group has more ranks than CPUs.
+ShmOptions bcast_limit(uint64_t bytes) {
+  ShmOptions o;
+  o.bcast_bytes = o.bcast_shared_bytes = bytes;
+  return o;
+}
+
+// Call k of the sequence: a broadcast of counts[k % size] from root k % n, in place every other
+// call; every 7th call an all_reduce (a step call between small broadcasts). `within` (when
+// given) counts the broadcasts of at most `limit` bytes.
+void run_sequence(int me, int n, Backend& b, int calls,
+                  const std::vector<int64_t>& counts = kAroundOneSlot, uint64_t limit = 0,
+                  uint32_t* within = nullptr) {
+  const int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<int32_t> send(static_cast<size_t>(most)), recv(static_cast<size_t>(most));
   for (int k = 0; k < calls; ++k) {
     CollectiveDesc d;
     d.dtype = DType::kI32;
@@ -76,8 +95,9 @@ void run_sequence(int me, int n, Backend& b, int calls) {
     }
     d.kind = CollectiveKind::kBroadcast;
     d.root = k % n;
-    d.count = counts[k % std::size(counts)];
+    d.count = counts[k % counts.size()];
     const bool in_place = k % 2 == 0;
+    if (within && static_cast<uint64_t>(d.count) * sizeof(int32_t) <= limit) ++*within;
     for (int64_t i = 0; i < d.count; ++i) {
       send[i] = me == d.root ? value(k, d.root, i) : -7;
       recv[i] = -9;
@@ -149,7 +169,7 @@ TEST_P(ShmSmallBroadcast, EveryRootSizeAndPlacementThroughManyRingTurns) {
   const auto [processes, n] = GetParam();
   const std::string job = unique_job();
   const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
-    auto b = make_backend(me, size, store, job, milliseconds(60000));
+    auto b = make_backend(me, size, store, job, milliseconds(60000), bcast_limit(4096));
     // Three turns of the ring of cells (many of the data slots) at 8 ranks, more at fewer.
     run_sequence(me, size, *b, 3 * shm::kBcastCells * std::max(1, 4 / size) + 5);
     CollectiveDesc barrier;  // the digests of every small broadcast are compared here
@@ -160,14 +180,59 @@ TEST_P(ShmSmallBroadcast, EveryRootSizeAndPlacementThroughManyRingTurns) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// Messages of several data slots (the path's default limit with more ranks than CPUs).
+TEST_P(ShmSmallBroadcast, ManySlotMessagesThroughManyRingTurns) {
+  const auto [processes, n] = GetParam();
+  const std::string job = unique_job();
+  const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b =
+        make_backend(me, size, store, job, milliseconds(60000), bcast_limit(shm::kBcastMaxBytes));
+    uint32_t within = 0;
+    run_sequence(me, size, *b, 120, kManySlots, shm::kBcastMaxBytes, &within);
+    // Every message up to the limit took the path, the one past it the step protocol.
+    EXPECT_EQ(dynamic_cast<shm::ShmGroup&>(*b).small_broadcasts(), within) << "rank " << me;
+    EXPECT_GT(within, 0u);
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*b, barrier);
+  };
+  auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
 INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmSmallBroadcast,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8)));
+
+// The options' limits reach the group: rank 0's bcast_bytes where every rank has a CPU of its
+// own, its bcast_shared_bytes where the ranks outnumber them (each read back from the segment
+// header through the path taken: a broadcast of one byte more than the limit takes a step).
+TEST(ShmSmallBroadcast, TheGroupTakesRankZerosLimitForItsShareOfCpus) {
+  ShmOptions defaults;
+  EXPECT_EQ(defaults.bcast_bytes, uint64_t{16} << 10);
+  EXPECT_EQ(defaults.bcast_shared_bytes, uint64_t{256} << 10);
+  ShmOptions o;
+  o.bcast_bytes = 8192;
+  o.bcast_shared_bytes = 131072;
+  const int cpus = usable_cpus();
+  for (const int n : {1, cpus + 1}) {
+    if (n > 16) continue;  // the second group would need as many threads as CPUs and one more
+    const std::string job = unique_job();
+    auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+      // Rank 0's options decide: the others pass the defaults.
+      auto b = make_backend(me, size, store, job, milliseconds(60000), me == 0 ? o : defaults);
+      EXPECT_EQ(dynamic_cast<shm::ShmGroup&>(*b).small_broadcast_limit(),
+                size > cpus ? o.bcast_shared_bytes : o.bcast_bytes)
+          << size << " ranks on " << cpus << " CPUs";
+    });
+    EXPECT_TRUE(result.ok()) << result.summary();
+  }
+  if (cpus + 1 > 16) GTEST_SKIP() << "checked one rank only: " << cpus << " CPUs";
+}
 
 // With the path off every broadcast takes the step protocol: the same results.
 TEST(ShmSmallBroadcast, OffGivesTheSameResults) {
   const std::string job = unique_job();
-  ShmOptions o;
-  o.bcast_bytes = 0;
+  const ShmOptions o = bcast_limit(0);
   auto result = testing::run_threads(3, [&](int me, int size, std::shared_ptr<Store> store) {
     auto b = make_backend(me, size, store, job, milliseconds(60000), o);
     run_sequence(me, size, *b, 60);
