@@ -88,6 +88,8 @@ ShmOptions shm_options_from_env() {
   o.chunk_bytes = env_bytes("BRAID_SHM_CHUNK_BYTES", o.chunk_bytes, 64);
   o.nontemporal_bytes = env_bytes("BRAID_SHM_NONTEMPORAL_BYTES", o.nontemporal_bytes, 0);
   o.kernel_copy_bytes = env_bytes("BRAID_SHM_KERNEL_COPY_BYTES", o.kernel_copy_bytes, 0);
+  o.kernel_copy_gather_bytes =
+      env_bytes("BRAID_SHM_KERNEL_COPY_GATHER_BYTES", o.kernel_copy_gather_bytes, 0);
   o.bcast_bytes = env_bytes("BRAID_SHM_BCAST_BYTES", o.bcast_bytes, 0);
   o.bcast_shared_bytes = env_bytes("BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes, 0);
   for (const auto& [name, value] :
@@ -150,7 +152,8 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                          options.kernel_copy_bytes,
                          // Note [Kernel copy]: ranks that share CPUs stage large results.
                          n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0,
-                         n_ > usable_cpus() ? options.bcast_shared_bytes : options.bcast_bytes};
+                         n_ > usable_cpus() ? options.bcast_shared_bytes : options.bcast_bytes,
+                         n_ > usable_cpus() ? 0 : options.kernel_copy_gather_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -171,6 +174,9 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
     constexpr uint64_t kNever = ~uint64_t{0};
     zc_floor_bytes_ = std::min(h.arena_bytes != 0 ? h.zerocopy_bytes : kNever,
                                h.kernel_copy_bytes != 0 ? h.kernel_copy_bytes : kNever);
+    if (h.kernel_copy_bytes != 0 && h.kernel_copy_gather_bytes != 0) {
+      zc_floor_bytes_ = std::min(zc_floor_bytes_, h.kernel_copy_gather_bytes);
+    }
   }
   inputs_.resize(n_);
   init_arena();

@@ -29,13 +29,15 @@ struct alignas(64) SegmentHeader {
   uint64_t mailbox_bytes = 0;
   uint64_t oneshot_bytes = 0;
   uint64_t total_bytes = 0;
-  uint64_t arena_bytes = 0;         // per rank, a multiple of the page size (0: no arenas)
-  uint64_t zerocopy_bytes = 0;      // smallest message that tries the zero-copy path
-  uint64_t chunk_bytes = 0;         // most bytes of a message per pipelined step
-  uint64_t nontemporal_bytes = 0;   // smallest result written with streaming stores
-  uint64_t kernel_copy_bytes = 0;   // smallest message read from peers by process_vm_readv (0: off)
-  uint64_t kernel_copy_limit = 0;   // largest result a rank writes with it (0: no limit)
-  uint64_t bcast_bytes = 0;         // largest broadcast of the small-broadcast path (0: off)
+  uint64_t arena_bytes = 0;        // per rank, a multiple of the page size (0: no arenas)
+  uint64_t zerocopy_bytes = 0;     // smallest message that tries the zero-copy path
+  uint64_t chunk_bytes = 0;        // most bytes of a message per pipelined step
+  uint64_t nontemporal_bytes = 0;  // smallest result written with streaming stores
+  uint64_t kernel_copy_bytes = 0;  // smallest message read from peers by process_vm_readv (0: off)
+  uint64_t kernel_copy_limit = 0;  // largest result a rank writes with it (0: no limit)
+  uint64_t bcast_bytes = 0;        // largest broadcast of the small-broadcast path (0: off)
+  // all_gather / gather's own kernel_copy_bytes where it is lower (0: the same as the others)
+  uint64_t kernel_copy_gather_bytes = 0;
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -157,6 +159,7 @@ struct SegmentConfig {
   uint64_t kernel_copy_bytes = 0;
   uint64_t kernel_copy_limit = 0;
   uint64_t bcast_bytes = 0;  // at most kBcastMaxBytes
+  uint64_t kernel_copy_gather_bytes = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

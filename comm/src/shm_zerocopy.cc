@@ -29,7 +29,9 @@ namespace braid::shm {
 // A buffer outside the arenas can still be read in place: process_vm_readv copies straight
 // from a peer process's memory into this one's, one copy where staging makes two (the owner
 // writes a chunk into its area, the reader copies it out). So for messages of at least the
-// group's kernel_copy_bytes (rank 0's header) every rank that can (kernel_copy_works(), once per
+// group's kernel_copy_bytes (rank 0's header; all_gather and gather from its
+// kernel_copy_gather_bytes where that is lower, which rank 0 sets only where every rank has a
+// CPU of its own: docs/shm.md) every rank that can (kernel_copy_works(), once per
 // group) also publishes its buffers' addresses with its call and stages nothing in the first
 // step, exactly as a rank whose buffers lie in its arena does (Note [Zero-copy decision]). If
 // every rank offered, the zero-copy path runs, reading each peer's buffer from the mapped arena
@@ -177,11 +179,14 @@ void ShmGroup::kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64
 bool ShmGroup::tries_kernel_copy(const Call& c) const {
   constexpr uint64_t kKernelCopyAllReduceBytes = uint64_t{2} << 20;
   const SegmentHeader& h = seg_->header();
-  const uint64_t threshold = h.kernel_copy_bytes;
+  uint64_t threshold = h.kernel_copy_bytes;
   if (threshold == 0 || kernel_copy_off_) return false;
   const CollectiveKind k = c.desc.kind;
   const uint64_t bytes = static_cast<uint64_t>(c.desc.count) * dtype_size(c.desc.dtype);
   const bool gathers = k == CollectiveKind::kAllGather || k == CollectiveKind::kGather;
+  if (gathers && h.kernel_copy_gather_bytes != 0) {
+    threshold = std::min(threshold, h.kernel_copy_gather_bytes);
+  }
   const uint64_t result = gathers ? bytes * static_cast<uint64_t>(n_) : bytes;
   if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit) return false;
   return bytes >= (k == CollectiveKind::kAllReduce ? std::max(threshold, kKernelCopyAllReduceBytes)

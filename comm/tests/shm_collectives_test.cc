@@ -750,6 +750,28 @@ TEST(ShmOptionsTest, EnvironmentIsParsedAndBadValuesAreNamed) {
         << e.message();
   }
   unsetenv("BRAID_SHM_SLOT_BYTES");
+  // The small-broadcast limits (at most 256 KiB) and all_gather's kernel-copy threshold.
+  setenv("BRAID_SHM_BCAST_BYTES", "8K", 1);
+  setenv("BRAID_SHM_BCAST_SHARED_BYTES", "256K", 1);
+  setenv("BRAID_SHM_KERNEL_COPY_GATHER_BYTES", "0", 1);
+  o = shm_options_from_env();
+  EXPECT_EQ(o.bcast_bytes, 8u << 10);
+  EXPECT_EQ(o.bcast_shared_bytes, 256u << 10);
+  EXPECT_EQ(o.kernel_copy_gather_bytes, 0u);
+  setenv("BRAID_SHM_BCAST_SHARED_BYTES", "257K", 1);
+  try {
+    shm_options_from_env();
+    ADD_FAILURE() << "BRAID_SHM_BCAST_SHARED_BYTES=257K accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInvalidArgument);
+    EXPECT_NE(e.message().find("BRAID_SHM_BCAST_SHARED_BYTES=263168 is too large (expected at "
+                               "most 262144 bytes)"),
+              std::string::npos)
+        << e.message();
+  }
+  unsetenv("BRAID_SHM_BCAST_BYTES");
+  unsetenv("BRAID_SHM_BCAST_SHARED_BYTES");
+  unsetenv("BRAID_SHM_KERNEL_COPY_GATHER_BYTES");
 }
 
 }  // namespace

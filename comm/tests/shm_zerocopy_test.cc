@@ -448,6 +448,45 @@ TEST(ShmKernelCopy, RanksSharingCpusStageResultsAboveTheLimit) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// With a CPU per rank, all_gather reads its peers' ordinary buffers from its own threshold
+// (kernel_copy_gather_bytes, 8 KiB a rank by default), the other kinds from kernel_copy_bytes
+// (32 KiB); with more ranks than CPUs all_gather keeps the common one. Results exact.
+TEST(ShmKernelCopy, AllGatherHasItsOwnThresholdWithACpuPerRank) {
+  if (usable_cpus() < 2) GTEST_SKIP() << "needs 2 usable CPUs (has " << usable_cpus() << ")";
+  const std::string job = unique_job("kg");
+  auto result = testing::run_processes(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    const int64_t at = int64_t{8 << 10} / 4;  // 8 KiB of i32 a rank
+    EXPECT_EQ(all_gather_pattern(*b, me, size, at - 1, 3), "");
+    EXPECT_EQ(kernel_copy_calls(*b), 0u) << "an all_gather below the threshold";
+    EXPECT_EQ(all_gather_pattern(*b, me, size, at, 5), "");
+    EXPECT_EQ(kernel_copy_calls(*b), 1u) << "an all_gather at the threshold";
+    // A reduce_scatter of 8 KiB a rank stays on the slots.
+    std::vector<float> in(2 * at, 1.0f + me), out(at, -1.0f);
+    CollectiveDesc d;
+    d.kind = CollectiveKind::kReduceScatter;
+    d.dtype = DType::kF32;
+    d.op = ReduceOp::kSum;
+    d.count = at;
+    d.send = in.data();
+    d.recv = out.data();
+    EXPECT_EQ(b->run(d)->error(), nullptr);
+    EXPECT_EQ(out[0], 3.0f);
+    EXPECT_EQ(out[at - 1], 3.0f);
+    EXPECT_EQ(kernel_copy_calls(*b), 1u) << "a reduce_scatter below kernel_copy_bytes";
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  const int n = usable_cpus() + 1;
+  if (n > 8) GTEST_SKIP() << "checked a CPU per rank only (" << usable_cpus() << " CPUs)";
+  const std::string shared_job = unique_job("ks");
+  result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, shared_job, ShmOptions{});
+    EXPECT_EQ(all_gather_pattern(*b, me, size, int64_t{16 << 10} / 4, 7), "");
+    EXPECT_EQ(kernel_copy_calls(*b), 0u) << "16 KiB a rank, ranks sharing CPUs";
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
 // Whether this process may make a pid namespace (root, or a user namespace that allows it).
 bool can_unshare_pid_namespace() {
   const pid_t probe = ::fork();
