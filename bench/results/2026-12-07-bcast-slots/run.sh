@@ -1,29 +1,10 @@
 #!/usr/bin/env bash
-# Broadcasts of several data slots (docs/performance.md, "Broadcasts of several data slots"): two
-# braid binaries alternated, built before and after the change that lets the small-broadcast
-# path take messages of several 4 KiB data slots, at 2, 4 and 8 ranks under mpirun, with
-# OpenMPI and the limit program in the same job, broadcast only, 4 KiB to 1 MiB.
-# Usage: run.sh BEFORE AFTER [rounds (2)] [out dir (this folder)]
+# Broadcasts of several data slots (docs/performance.md, same title): braid built before and
+# after the change that lets the small-broadcast path take messages of several 4 KiB data slots
+# (4834745), alternated at 2, 4 and 8 ranks (bench/ab_mpirun.sh), broadcast only.
+# Usage: run.sh BEFORE AFTER [rounds (2)] [out dir (this folder)]; then
+#   python3 bench/ab_summarize.py bench/results/2026-12-07-bcast-slots > bench/results/2026-12-07-bcast-slots/summary.txt
 set -euo pipefail
-before=$1 after=$2 rounds=${3:-2}
 here=$(cd "$(dirname "$0")" && pwd)
-out=${4:-$here}
-mkdir -p "$out"
-mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
-ops=(--op broadcast)
-{
-  grep -m1 "model name" /proc/cpuinfo
-  grep -m1 "^model\s" /proc/cpuinfo
-  echo "nproc $(nproc); load average $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)"
-} >"$out/machine.txt"
-for round in $(seq "$rounds"); do
-  for np in 2 4 8; do
-    for which in before after; do
-      bin=$before
-      [[ $which == after ]] && bin=$after
-      "${mpi[@]}" -np "$np" "$bin" bench -b 4K -e 1M -f 2 -n 50 --repeats 3 -c 1 "${ops[@]}" \
-        --peer mpi --peer limit >"$out/np${np}_${which}_r${round}.txt" 2>&1
-    done
-  done
-done
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)" >>"$out/machine.txt"
+exec bash "$here/../../ab_mpirun.sh" "$1" "$2" "${3:-2}" "${4:-$here}" \
+  -b 4K -e 1M -f 2 -n 50 --repeats 3 -c 1 --op broadcast

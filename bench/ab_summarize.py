@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Medians over the rounds of run.sh: us per call for braid before / after, OpenMPI and the
-limit program (both from the 'after' jobs), out of place (in place after the slash)."""
+"""Medians over the rounds of bench/ab_mpirun.sh: us per call for braid before / after, OpenMPI
+and the limit program (both from the 'after' jobs), out of place (in place after the slash).
+Usage: ab_summarize.py FOLDER"""
 import collections, glob, os, re, statistics, sys
 
-here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
+if len(sys.argv) != 2:
+    sys.exit("usage: ab_summarize.py FOLDER (the OUT of bench/ab_mpirun.sh)")
+here = sys.argv[1]
 t = collections.defaultdict(list)
 for f in sorted(glob.glob(os.path.join(here, "np*_r*.txt"))):
     np_, which = re.match(r"np(\d+)_(\w+)_r\d+\.txt", os.path.basename(f)).groups()
