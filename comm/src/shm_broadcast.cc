@@ -61,9 +61,10 @@ bool ShmGroup::small_broadcast(const Call& c) const {
   const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
   if (bytes > h.bcast_bytes) return false;
   // Up to a data slot, a call that may read the root's buffer in place keeps that path
-  // (zero_copy_candidate; only with thresholds lowered below 4 KiB). Larger messages take this
-  // path only where the group's bcast_bytes says so (more ranks than CPUs), and there it is
-  // meant to win over the zero-copy paths, whose calls are barriers.
+  // (zero_copy_candidate; only with thresholds lowered below 4 KiB). Above it the group's limit
+  // alone decides: 16 KiB with a CPU per rank, below the zero-copy thresholds' defaults, and
+  // 256 KiB where ranks share CPUs, where this path beat the zero-copy ones (their calls are
+  // barriers; docs/shm.md, "Small broadcasts").
   if (bytes > static_cast<uint64_t>(kBcastCellBytes)) return true;
   const bool arena = h.arena_bytes != 0 && bytes >= h.zerocopy_bytes;
   return d.count <= 0 || (!arena && !tries_kernel_copy(c));
