@@ -61,7 +61,8 @@ int32_t value(int k, int root, int64_t i) {
 const std::vector<int64_t> kAroundOneSlot = {0, 1, 3, 4, 5, 16, 17, 255, 1024, 1025, 2};
 // Counts that take several data slots under a limit of shm::kBcastMaxBytes (65536 i32), the
 // limit itself, one past it (the step protocol) and a slot: the messages wrap the ring of 256
-// slots at ever other places, and each root waits for slots its receivers are still reading.
+// slots at a different place each turn, and each root waits for slots its receivers are still
+// reading.
 const std::vector<int64_t> kManySlots = {1025, 65536, 16384, 40000, 65537, 3, 1024, 20000, 4097};
 
 // Options whose path limit is `bytes`, whether or not the group has more ranks than CPUs.
