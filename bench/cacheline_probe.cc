@@ -14,9 +14,16 @@
 //             half, fold mine into a results area, copy the other's folded half of the chunk
 //             before). Spin waits, no checks, no deadlines: the most a staged all_reduce gets
 //             from this machine at that size, which braid's shm backend is read against.
+//   idle      the cost of touching memory again after it sat idle: a MAP_SHARED mapping of
+//             B bytes (shared memory, as the shm segment) is written whole, left alone for
+//             MS milliseconds, then written one byte per 4 KiB page, each page timed; then
+//             the same at once, with no idle time. Prints the pages that took over 20 us and
+//             what the pass cost. With `huge`, a private mapping that asks for transparent huge
+//             pages instead (docs/shm.md, "Staging ring").
 // Usage: cacheline_probe barrier [ROUNDS]
 //        cacheline_probe rewrite BYTES ROTATE [ROUNDS]
 //        cacheline_probe allreduce BYTES [ITERS]
+//        cacheline_probe idle BYTES MS [huge]
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,6 +109,45 @@ int rewrite(size_t bytes, long rotate, long rounds) {
   std::printf("rewrite: %zu bytes, %ld areas: copy %.2f us (%.1f GB/s), round trip %.2f us\n",
               bytes, rotate, copying / rounds * 1e6, bytes / (copying / rounds) / 1e9,
               total / rounds * 1e6);
+  return 0;
+}
+
+// One byte written per page of [p, p + bytes), each write timed.
+void touch_pass(unsigned char* p, size_t bytes, const char* what) {
+  constexpr size_t kPageBytes = 4096;
+  constexpr double kSlowUs = 20;
+  long slow = 0;
+  double worst = 0, total = 0;
+  for (size_t off = 0; off < bytes; off += kPageBytes) {
+    const auto t0 = Clock::now();
+    p[off] = static_cast<unsigned char>(p[off] + 1);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    total += us;
+    worst = std::max(worst, us);
+    slow += us > kSlowUs;
+  }
+  std::printf("idle: %-10s %zu pages: %ld over %.0f us, worst %.1f us, the pass %.1f us\n", what,
+              bytes / kPageBytes, slow, kSlowUs, worst, total);
+}
+
+int idle(size_t bytes, long ms, bool huge) {
+  unsigned char* p = nullptr;
+  if (huge) {
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      std::perror("cacheline_probe: mmap");
+      return 1;
+    }
+    if (madvise(m, bytes, MADV_HUGEPAGE) != 0) std::perror("cacheline_probe: madvise");
+    p = static_cast<unsigned char*>(m);
+  } else {
+    p = static_cast<unsigned char*>(shared_mapping(bytes));
+  }
+  std::memset(p, 1, bytes);
+  usleep(static_cast<useconds_t>(ms) * 1000);
+  const std::string after = "after " + std::to_string(ms) + " ms";
+  touch_pass(p, bytes, after.c_str());
+  touch_pass(p, bytes, "at once");
   return 0;
 }
 
@@ -240,9 +286,15 @@ int main(int argc, char** argv) {
     const long iters = argc > 3 ? std::atol(argv[3]) : 200;
     if (bytes >= 4 && bytes % 4 == 0 && iters > 0) return allreduce(bytes, iters);
   }
+  if (mode == "idle" && argc > 3) {
+    const long bytes = std::atol(argv[2]), ms = std::atol(argv[3]);
+    const bool huge = argc > 4 && std::string(argv[4]) == "huge";
+    if (bytes > 0 && ms >= 0) return idle(bytes, ms, huge);
+  }
   std::fprintf(stderr,
                "usage: cacheline_probe barrier [ROUNDS]\n"
                "       cacheline_probe rewrite BYTES ROTATE [ROUNDS]   (BYTES, ROTATE > 0)\n"
-               "       cacheline_probe allreduce BYTES [ITERS]   (BYTES a multiple of 4)\n");
+               "       cacheline_probe allreduce BYTES [ITERS]   (BYTES a multiple of 4)\n"
+               "       cacheline_probe idle BYTES MS [huge]   (BYTES > 0)\n");
   return 2;
 }

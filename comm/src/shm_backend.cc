@@ -167,6 +167,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   const uint64_t slot = seg_->header().slot_bytes;
   ring_end_ = slot;
   small_ring_ = small_ring_bytes(slot);
+  middle_ring_ = middle_ring_bytes(slot);
   area_bytes_ = (slot / 4) & ~uint64_t{63};
   {
     // Below both thresholds no call is a zero-copy candidate (zero_copy_candidate).

@@ -34,7 +34,12 @@
 // of the ring, which keeps the regions of three consecutive steps disjoint. Small steps (at
 // most 4 KiB) have a ring of their own, 16 KiB after the slot: for them a few lines
 // that stay in both ranks' caches cost less than cold ones (a 1 KiB all_reduce took 1.2 us
-// through the large ring, 0.3 us through a reused area).
+// through the large ring, 0.3 us through a reused area). Steps of at most 64 KiB have the
+// middle ring, 256 KiB after that: few enough pages that they stay in use. On the VMs measured,
+// a page left untouched for a while costs up to hundreds of microseconds at its next access,
+// with no fault in the guest (the host's doing; docs/shm.md, "Staging ring"): through the
+// large ring a 2-rank reduce_scatter of 16 KiB after a few seconds of larger calls took 17-85
+// us a call for the ring's first turn, through the middle ring 1.6-1.8 us.
 #pragma once
 
 #include <algorithm>
@@ -143,6 +148,9 @@ class ShmGroup final : public Backend {
   // largest the group lets take it (rank 0's bcast_bytes or bcast_shared_bytes).
   uint32_t small_broadcasts() const { return bcasts_; }
   uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
+  // Where the calling rank's latest step staged: its region's offset from the start of the
+  // rank's slot region (Note [Staging ring]).
+  uint64_t staging_offset() const { return region_; }
 
  private:
   void dispatch(const CollectiveDesc& desc);
@@ -194,12 +202,16 @@ class ShmGroup final : public Backend {
   void next_region(uint64_t bytes) {
     const uint64_t size = (bytes + 63) & ~uint64_t{63};
     prev_region_ = region_;
-    const bool small = size <= small_ring_ / 4;
-    uint64_t& pos = small ? small_pos_ : ring_pos_;
-    const uint64_t begin = small ? ring_end_ : 0, end = small ? ring_end_ + small_ring_ : ring_end_;
-    if (pos < begin || pos + size > end) pos = begin;
-    region_ = pos;
-    pos += size;
+    uint64_t* pos = &ring_pos_;
+    uint64_t begin = 0, end = ring_end_;
+    if (size <= small_ring_ / 4) {
+      pos = &small_pos_, begin = ring_end_, end = begin + small_ring_;
+    } else if (size <= middle_ring_ / 4) {
+      pos = &middle_pos_, begin = ring_end_ + small_ring_, end = begin + middle_ring_;
+    }
+    if (*pos < begin || *pos + size > end) *pos = begin;
+    region_ = *pos;
+    *pos += size;
   }
   // Where rank p stages `bytes` for the current step: the step line itself when they fit
   // (kInlineBytes; one cache line then carries the call, the data and the ready word), else its
@@ -309,10 +321,11 @@ class ShmGroup final : public Backend {
   uint32_t epoch_ = 0;
   uint64_t area_bytes_ = 0;  // the most a step stages: a quarter of the large ring
   // Note [Staging ring]: [0, ring_end_) of every slot region is the large ring,
-  // [ring_end_, ring_end_ + small_ring_) the small one (steps of at most a quarter of it);
-  // *_pos_ is where each ring's next region starts.
-  uint64_t small_ring_ = 0, ring_end_ = 0;
-  uint64_t small_pos_ = 0, ring_pos_ = 0;
+  // [ring_end_, ring_end_ + small_ring_) the small one and the middle_ring_ bytes after it the
+  // middle one (each for steps of at most a quarter of it); *_pos_ is where each ring's next
+  // region starts.
+  uint64_t small_ring_ = 0, middle_ring_ = 0, ring_end_ = 0;
+  uint64_t small_pos_ = 0, middle_pos_ = 0, ring_pos_ = 0;
   uint64_t region_ = 0, prev_region_ = 0;  // the current and the previous step's regions
   int line_ = 0;                           // the current step's line (its parity)
   std::vector<uint8_t> fold_scratch_;      // Folder's block buffers, kept across calls

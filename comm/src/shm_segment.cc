@@ -42,7 +42,7 @@ Layout layout_for(int nranks, uint64_t slot_bytes, uint64_t mailbox_bytes, uint6
   const size_t n = static_cast<size_t>(nranks);
   l.control_off = round_up(sizeof(SegmentHeader), kPage);
   l.slot_off = round_up(l.control_off + n * sizeof(ControlBlock), kPage);
-  l.mailbox_off = l.slot_off + n * (slot_bytes + small_ring_bytes(slot_bytes));
+  l.mailbox_off = l.slot_off + n * slot_region_bytes(slot_bytes);
   l.mailbox_stride = round_up(sizeof(MailboxHeader) + mailbox_bytes, 64);
   l.bcast_off = round_up(l.mailbox_off + n * n * l.mailbox_stride, kPage);
   l.arena_off = round_up(l.bcast_off + n * kBcastStride, kPage);
@@ -162,7 +162,7 @@ void Segment::mark_mapped() {
 
 uint8_t* Segment::slot(int rank) const {
   const uint64_t slot = header().slot_bytes;
-  return base_ + slot_off_ + static_cast<size_t>(rank) * (slot + small_ring_bytes(slot));
+  return base_ + slot_off_ + static_cast<size_t>(rank) * slot_region_bytes(slot);
 }
 
 MailboxHeader& Segment::mailbox(int src, int dst) const {
@@ -197,7 +197,7 @@ void Segment::touch_pages(int me) const {
   };
   const size_t n = static_cast<size_t>(nranks_);
   const uint64_t slot = header().slot_bytes;
-  populate(slot_off_, slot_off_ + n * (slot + small_ring_bytes(slot)));  // every rank's slot
+  populate(slot_off_, slot_off_ + n * slot_region_bytes(slot));  // every rank's slot
   const size_t me_row = mailbox_off_ + static_cast<size_t>(me) * n * mailbox_stride_;
   populate(me_row, me_row + n * mailbox_stride_);  // the mailboxes this rank sends through
   for (size_t src = 0; src < n; ++src) {           // and those it receives from

@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 6;         // 6: a small broadcast may take several data slots
+inline constexpr uint32_t kVersion = 7;         // 7: a middle staging ring in each slot region
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -41,11 +41,17 @@ struct alignas(64) SegmentHeader {
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
-// The small staging ring that follows each rank's slot (Note [Staging ring], shm_group.h):
-// 16 KiB, or a quarter of the slot when that is smaller; a rank's slot region is
-// slot_bytes + this long.
+// The two rings that follow each rank's slot (Note [Staging ring], shm_group.h): the small
+// one, 16 KiB, and the middle one, 256 KiB, each a quarter of the slot where that is smaller.
 inline uint64_t small_ring_bytes(uint64_t slot_bytes) {
   return std::min<uint64_t>(16384, slot_bytes / 4) & ~uint64_t{63};
+}
+inline uint64_t middle_ring_bytes(uint64_t slot_bytes) {
+  return std::min<uint64_t>(262144, slot_bytes / 4) & ~uint64_t{63};
+}
+// A rank's slot region: the large ring (slot_bytes), then the small and the middle ring.
+inline uint64_t slot_region_bytes(uint64_t slot_bytes) {
+  return slot_bytes + small_ring_bytes(slot_bytes) + middle_ring_bytes(slot_bytes);
 }
 
 // Bytes of a message small enough to travel in the step line itself (StepLine::data).

@@ -143,7 +143,7 @@ TEST(ShmSegment, TouchPagesMapsEveryPageARankUsesOutsideTheArenas) {
   // A second mapping of the object, as a peer process has: none of its pages is mapped yet.
   auto seg = shm::Segment::open(name, n);
   ::shm_unlink(name.c_str());
-  const uint64_t slot_bytes = config.slot_bytes + shm::small_ring_bytes(config.slot_bytes);
+  const uint64_t slot_bytes = shm::slot_region_bytes(config.slot_bytes);
   ASSERT_FALSE(page_present(seg->slot(2) + slot_bytes - 1)) << "mapped before touch_pages";
   seg->touch_pages(me);
   auto expect_mapped = [&](const uint8_t* p, uint64_t bytes, const std::string& what) {

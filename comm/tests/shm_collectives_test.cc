@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../src/shm_backend.h"
+#include "../src/shm_group.h"
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "braid/kernels/table.h"
@@ -690,6 +691,54 @@ TEST(ShmCollectives, ConsecutiveCallsFoldWithTheirOwnDtypeOpAndFactors) {
       all_reduce(DType::kF32, ReduceOp::kSum, 1.0, f.data(), count);  // sum again after them
       EXPECT_EQ(f.front(), 6.f);
       EXPECT_EQ(f.back(), 6.f);
+    }
+  });
+}
+
+// Note [Staging ring]: a step of at most 4 KiB stages in the small ring, of at most 64 KiB in
+// the middle one, a larger one in the large ring; calls of every size in a random order take
+// each ring round many times, and every result is exact.
+TEST(ShmStagingRing, EachStepSizeStagesInItsRingAndMixedSizesStayExact) {
+  ShmOptions o;
+  o.slot_bytes = 2 << 20;
+  const uint64_t small = shm::small_ring_bytes(o.slot_bytes);
+  const uint64_t middle = shm::middle_ring_bytes(o.slot_bytes);
+  ASSERT_EQ(small, 16u << 10);
+  ASSERT_EQ(middle, 256u << 10);
+  // Element counts of an f32 all_reduce; 2 ranks fold every size up to the area (512 KiB) in
+  // one one-shot step of exactly the message.
+  const std::vector<int64_t> counts = {64, 1024, 1040, 4096, 16384, 16400, 65536};
+  run_ranks(2, o, milliseconds(60000), [&](int me, Backend& backend) {
+    auto& group = dynamic_cast<shm::ShmGroup&>(backend);
+    std::mt19937 rng(7);  // the same sequence on both ranks
+    std::vector<float> send, recv;
+    for (int k = 0; k < 600; ++k) {
+      const int64_t count = counts[rng() % counts.size()];
+      const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(float);
+      send.resize(count);
+      recv.assign(count, -1.f);
+      for (int64_t i = 0; i < count; ++i)
+        send[i] = me * 1000.f + static_cast<float>((k * 7 + i) % 997);
+      CollectiveDesc d;
+      d.send = send.data();
+      d.recv = recv.data();
+      d.count = count;
+      backend.run(d)->wait();
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(recv[i], 1000.f + 2.f * static_cast<float>((k * 7 + i) % 997))
+            << "call " << k << ", " << bytes << " bytes, element " << i;
+      }
+      const uint64_t at = group.staging_offset();
+      std::string ring = "large";
+      uint64_t begin = 0, end = o.slot_bytes;
+      if (bytes <= small / 4) {
+        ring = "small", begin = o.slot_bytes, end = begin + small;
+      } else if (bytes <= middle / 4) {
+        ring = "middle", begin = o.slot_bytes + small, end = begin + middle;
+      }
+      ASSERT_TRUE(at >= begin && at + bytes <= end)
+          << "call " << k << " of " << bytes << " bytes staged at " << at << ", outside the "
+          << ring << " ring [" << begin << ", " << end << ")";
     }
   });
 }
