@@ -11,9 +11,9 @@
 // has filled.
 //   - Broadcast b (counted over the group's life, the same on every rank) uses cell
 //     b % kBcastCells of the root's ring; the cell's `seq` becomes b+1 once it holds the data.
-//     A message of up to kInlineBytes travels in the cell; a larger one (up to kBcastMaxBytes)
-//     in the root's next data slots, consecutive (a message that would pass the last slot
-//     starts over at slot 0), the first of which the cell names.
+//     A message of up to kBcastInlineBytes travels in the cell; a larger one (up to
+//     kBcastMaxBytes) in the root's next data slots, consecutive (a message that would pass the
+//     last slot starts over at slot 0), the first of which the cell names.
 //   - Every rank, root included, sets its `done` to b+1 after the call. Before the root writes
 //     cell b % kBcastCells it waits until every other rank's `done` >= b+1-kBcastCells: the
 //     cell's previous message (broadcast b-kBcastCells at the latest) has been read by all.
@@ -100,6 +100,18 @@ void ShmGroup::wait_bcast_done(Call& c, uint32_t done) {
   bcast_seen_done_ = first ? done : least;
 }
 
+bool ShmGroup::bcast_done_now(uint32_t done) {
+  auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - done) >= 0; };
+  if (reached(bcast_seen_done_)) return true;
+  for (int p = 0; p < n_; ++p) {
+    if (p != me_ && !reached(seg_->control(p).bcast.done.load(std::memory_order_acquire))) {
+      return false;
+    }
+  }
+  bcast_seen_done_ = done;
+  return true;
+}
+
 void ShmGroup::broadcast_small(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t bytes = d.count * static_cast<int64_t>(dtype_size(d.dtype));
@@ -111,13 +123,24 @@ void ShmGroup::broadcast_small(Call& c) {
     wait_bcast_done(c, b + 1 - kBcastCells);
     BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
     uint8_t* data = cell.data;
-    if (bytes > kInlineBytes) {
+    if (bytes > kBcastInlineBytes) {
       // Consecutive slots, so that the message is contiguous: one that would wrap starts over
       // at slot 0.
       const uint32_t slots = static_cast<uint32_t>((bytes + kBcastCellBytes - 1) / kBcastCellBytes);
       uint32_t first = bcast_next_slot_ % kBcastSlots;
+      // Where every receiver has read every earlier message, start over at slot 0 too: the
+      // messages then keep to a few pages, which stay in use (a page left idle costs up to
+      // hundreds of microseconds on a VM; docs/shm.md, "Small broadcasts"). Looked at once
+      // per kBcastCheckSlots slots, so the root reads a peer's line once per that many
+      // messages at most (each look, at every message, cost 2 ranks 0.06 us a call).
+      if (first >= bcast_check_slot_) {
+        bcast_check_slot_ = first + kBcastCheckSlots;
+        if (bcast_done_now(b)) first = 0;
+      }
       if (first + slots > static_cast<uint32_t>(kBcastSlots)) first = 0;
+      if (first == 0) bcast_check_slot_ = kBcastCheckSlots;
       bcast_next_slot_ = first + slots;
+      ++bcast_slot_messages_;
       // A slot last used kBcastCells or more broadcasts ago is covered by the wait above; of
       // the others, the latest user decides (`done` only grows).
       bool wait = false;
@@ -147,8 +170,12 @@ void ShmGroup::broadcast_small(Call& c) {
     // receiver's cache overlaps the rest of this call and the next one's entry instead of
     // holding up its publish (2 ranks, 16 B: 0.16 -> 0.08 us a call on a Xeon, docs/shm.md).
     // Nobody polls them yet, unlike the step lines, where the same hint measured slower.
-    prefetch_for_write(&seg_->bcast_cell(me_, static_cast<int>((b + 1) % kBcastCells)));
-    if (bytes > kInlineBytes) {
+    BcastCell& next = seg_->bcast_cell(me_, static_cast<int>((b + 1) % kBcastCells));
+    prefetch_for_write(&next);
+    if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
+      prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
+    }
+    if (bytes > kBcastInlineBytes) {
       prefetch_for_write(seg_->bcast_slot(me_, static_cast<int>(bcast_next_slot_ % kBcastSlots)));
     }
     copy(d.recv, d.send, bytes);
@@ -156,7 +183,8 @@ void ShmGroup::broadcast_small(Call& c) {
     BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(b % kBcastCells));
     wait_at_least(c, d.root, cell.seq, cell.waiters, b + 1);
     verify_bcast_cell(c, cell);
-    const uint8_t* data = bytes <= kInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
+    const uint8_t* data =
+        bytes <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
     copy(d.recv, data, bytes);
   }
   bcasts_ = b + 1;

@@ -148,6 +148,11 @@ class ShmGroup final : public Backend {
   // largest the group lets take it (rank 0's bcast_bytes or bcast_shared_bytes).
   uint32_t small_broadcasts() const { return bcasts_; }
   uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
+  // Of them, those this rank was the root of whose message went into data slots (more than
+  // kBcastInlineBytes).
+  uint32_t small_broadcasts_in_slots() const { return bcast_slot_messages_; }
+  // The data slot after the root's latest message.
+  uint32_t small_broadcast_next_slot() const { return bcast_next_slot_; }
   // Where the calling rank's latest step staged: its region's offset from the start of the
   // rank's slot region (Note [Staging ring]).
   uint64_t staging_offset() const { return region_; }
@@ -240,6 +245,8 @@ class ShmGroup final : public Backend {
   void broadcast_small(Call& c);
   // Waits until every other rank completed small broadcast `done` - 1 (wrap-safe).
   void wait_bcast_done(Call& c, uint32_t done);
+  // Whether every other rank has completed small broadcast `done` - 1, without waiting.
+  bool bcast_done_now(uint32_t done);
   void publish_bcast_record(const Call& c);
   // The receivers' check of the root's cell: kInvalidArgument naming both calls.
   void verify_bcast_cell(const Call& c, const BcastCell& cell);
@@ -346,6 +353,8 @@ class ShmGroup final : public Backend {
   uint32_t bcast_seen_done_ = 0;
   // This rank's data slots as a root: the next one, and the broadcast that used each last.
   uint32_t bcast_next_slot_ = 0;
+  uint32_t bcast_check_slot_ = kBcastCheckSlots;  // where next to look for caught-up receivers
+  uint32_t bcast_slot_messages_ = 0;              // small_broadcasts_in_slots()
   uint32_t bcast_slot_user_[kBcastSlots] = {};
   bool bcast_slot_used_[kBcastSlots] = {};
   uint64_t bcast_digest_ = 0;

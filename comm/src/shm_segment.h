@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 7;         // 7: a middle staging ring in each slot region
+inline constexpr uint32_t kVersion = 8;         // 8: small-broadcast cells of two lines
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -77,16 +77,20 @@ static_assert(sizeof(StepLine) == 64);
 
 // Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
 // rank writes as the root of broadcast b being cell b % kBcastCells. A cell carries up to
-// kInlineBytes inside it; a larger message (up to kBcastMaxBytes) goes into consecutive data
-// slots of the rank's kBcastSlots, the first of which the cell names.
+// kBcastInlineBytes inside it (two cache lines); a larger message (up to kBcastMaxBytes) goes
+// into consecutive data slots of the rank's kBcastSlots, the first of which the cell names.
 inline constexpr int kBcastCells = 256;
 inline constexpr int kBcastSlots = 256;
 inline constexpr int64_t kBcastCellBytes = 4096;
 // The largest message of the path: a quarter of the data slots, so that a root still finds
 // slots its receivers have read while the latest messages are being read.
 inline constexpr int64_t kBcastMaxBytes = kBcastSlots / 4 * kBcastCellBytes;
+inline constexpr int64_t kBcastInlineBytes = 80;
+// A root looks whether its receivers have read every earlier message (and if so starts over at
+// data slot 0) once per this many slots.
+inline constexpr uint32_t kBcastCheckSlots = 8;
 
-struct alignas(64) BcastCell {
+struct alignas(128) BcastCell {
   std::atomic<uint32_t> seq{0};  // b+1 once the root wrote small broadcast b here (futex word)
   std::atomic<uint32_t> waiters{0};
   uint64_t call_index = 0;  // the root's call, which the receivers compare with their own
@@ -94,9 +98,11 @@ struct alignas(64) BcastCell {
   int64_t count = 0;
   uint8_t dtype = 0, slot = 0, pad[2] = {};  // slot: the data slot of a larger message
   int32_t root = 0;
-  alignas(8) uint8_t data[kInlineBytes] = {};
+  // A message of up to kBcastInlineBytes: the first line's last 16 bytes and the second line,
+  // which only such a message touches.
+  alignas(8) uint8_t data[kBcastInlineBytes] = {};
 };
-static_assert(sizeof(BcastCell) == 64);
+static_assert(sizeof(BcastCell) == 128);
 
 // Per rank, a line of its own: the small broadcasts it completed (what a root waits for before
 // it reuses a cell) and the one it is in, for the wait's mismatch diagnosis (a seqlock: `index`

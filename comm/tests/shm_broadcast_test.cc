@@ -57,8 +57,9 @@ int32_t value(int k, int root, int64_t i) {
   return k * 100003 + root * 1009 + static_cast<int32_t>(i);
 }
 
-// Counts (i32) around a path limit of 4096 bytes (1024 i32), one data slot.
-const std::vector<int64_t> kAroundOneSlot = {0, 1, 3, 4, 5, 16, 17, 255, 1024, 1025, 2};
+// Counts (i32) around the cell's inline limit (80 bytes, 20 i32) and a path limit of 4096 bytes
+// (1024 i32), one data slot.
+const std::vector<int64_t> kAroundOneSlot = {0, 1, 3, 4, 5, 16, 17, 20, 21, 255, 1024, 1025, 2};
 // Counts that take several data slots under a limit of shm::kBcastMaxBytes (65536 i32), the
 // limit itself, one past it (the step protocol) and a slot: the messages wrap the ring of 256
 // slots at a different place each turn, and each root waits for slots its receivers are still
@@ -228,6 +229,63 @@ TEST(ShmSmallBroadcast, TheGroupTakesRankZerosLimitForItsShareOfCpus) {
     EXPECT_TRUE(result.ok()) << result.summary();
   }
   if (cpus + 1 > 16) GTEST_SKIP() << "checked one rank only: " << cpus << " CPUs";
+}
+
+// A message of up to shm::kBcastInlineBytes travels in the cell's two lines, a larger one in a
+// data slot (a page of its own): 64 bytes took a fresh page each call, which on a VM costs up to
+// hundreds of microseconds where the page sat idle (docs/shm.md, "Small broadcasts").
+TEST(ShmSmallBroadcast, UpToEightyBytesTravelInTheCell) {
+  ASSERT_EQ(shm::kBcastInlineBytes, 80);
+  const std::string job = unique_job();
+  auto result = testing::run_threads(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, milliseconds(60000));
+    auto& group = dynamic_cast<shm::ShmGroup&>(*b);
+    uint32_t slots = 0;
+    for (const int64_t count : {4, 5, 16, 20, 21, 64, 20}) {  // i32: 16 ... 256 bytes
+      std::vector<int32_t> buf(static_cast<size_t>(count), me == 0 ? 7 : -1);
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kBroadcast;
+      d.dtype = DType::kI32;
+      d.count = count;
+      d.send = d.recv = buf.data();
+      run(*b, d);
+      for (int32_t v : buf) ASSERT_EQ(v, 7) << count << " i32, rank " << me;
+      if (me == 0 && count * 4 > shm::kBcastInlineBytes) ++slots;
+      EXPECT_EQ(group.small_broadcasts_in_slots(), slots) << "after " << count * 4 << " bytes";
+    }
+    EXPECT_EQ(group.small_broadcasts(), 7u);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// A root whose receivers have read every earlier message starts over at data slot 0, so that
+// sparse broadcasts keep to a few pages (docs/shm.md, "Small broadcasts"); one that runs ahead
+// of them goes on round the ring.
+TEST(ShmSmallBroadcast, ARootWhoseReceiversCaughtUpKeepsToTheFirstSlots) {
+  const std::string job = unique_job();
+  auto result = testing::run_threads(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, milliseconds(60000));
+    auto& group = dynamic_cast<shm::ShmGroup&>(*b);
+    std::vector<int32_t> buf(64);  // 256 bytes: a data slot each
+    for (int k = 0; k < 100; ++k) {
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kBroadcast;
+      d.dtype = DType::kI32;
+      d.count = 64;
+      std::fill(buf.begin(), buf.end(), me == 0 ? k : -1);
+      d.send = d.recv = buf.data();
+      run(*b, d);
+      for (int32_t v : buf) ASSERT_EQ(v, k) << "call " << k << ", rank " << me;
+      CollectiveDesc barrier;  // every receiver has read message k
+      barrier.kind = CollectiveKind::kBarrier;
+      run(*b, barrier);
+      if (me == 0) {
+        ASSERT_LE(group.small_broadcast_next_slot(), shm::kBcastCheckSlots + 1) << "call " << k;
+      }
+    }
+    EXPECT_EQ(group.small_broadcasts_in_slots(), me == 0 ? 100u : 0u);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
 }
 
 // With the path off every broadcast takes the step protocol: the same results.
