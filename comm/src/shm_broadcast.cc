@@ -13,7 +13,8 @@
 //     b % kBcastCells of the root's ring; the cell's `seq` becomes b+1 once it holds the data.
 //     A message of up to kBcastInlineBytes travels in the cell; a larger one (up to
 //     kBcastMaxBytes) in the root's next data slots, consecutive (a message that would pass the
-//     last slot starts over at slot 0), the first of which the cell names.
+//     last slot starts over at slot 0, and so does one whose receivers have read every earlier
+//     message), the first of which the cell names.
 //   - Every rank, root included, sets its `done` to b+1 after the call. Before the root writes
 //     cell b % kBcastCells it waits until every other rank's `done` >= b+1-kBcastCells: the
 //     cell's previous message (broadcast b-kBcastCells at the latest) has been read by all.
