@@ -35,7 +35,7 @@
 // most 4 KiB) have a ring of their own, 16 KiB after the slot: for them a few lines
 // that stay in both ranks' caches cost less than cold ones (a 1 KiB all_reduce took 1.2 us
 // through the large ring, 0.3 us through a reused area). Steps of at most 64 KiB have the
-// middle ring, 256 KiB after that: few enough pages that they stay in use. On the VMs measured,
+// middle ring, 256 KiB after that: few enough pages that they stay in use. On the VM measured,
 // a page left untouched for a while costs up to hundreds of microseconds at its next access,
 // with no fault in the guest (the host's doing; docs/shm.md, "Staging ring"): through the
 // large ring a 2-rank reduce_scatter of 16 KiB after a few seconds of larger calls took 17-85
