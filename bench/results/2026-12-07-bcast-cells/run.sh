@@ -4,7 +4,7 @@
 # "Small broadcasts"): braid before and after, alternated, with OpenMPI and the limit program in
 # the same job.
 # Usage: run.sh BEFORE AFTER [out dir (this folder)]
-#   BEFORE: commit 7e4c2bd; AFTER: the commit that made the change
+#   BEFORE: commit 7e4c2bd; AFTER: commit 23d754b
 set -euo pipefail
 before=$1 after=$2
 here=$(cd "$(dirname "$0")" && pwd)

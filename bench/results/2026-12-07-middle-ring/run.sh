@@ -3,7 +3,7 @@
 # docs/shm.md, "Staging ring"): what idle pages cost on this machine, then braid before and
 # after the change in the same job as OpenMPI and the limit program.
 # Usage: run.sh BEFORE AFTER [out dir (this folder)] [build dir (build)]
-#   BEFORE, AFTER: braid binaries (before: commit 7dc486d; after: the commit that added the ring)
+#   BEFORE, AFTER: braid binaries (before: commit 7dc486d; after: commit 7e4c2bd)
 set -euo pipefail
 before=$1 after=$2
 here=$(cd "$(dirname "$0")" && pwd)
