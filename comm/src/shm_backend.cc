@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -146,14 +147,28 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                              std::to_string(context_.global_ranks[0]) + "x" + std::to_string(n_) +
                              "-" + std::to_string(getpid()) + "-" +
                              std::to_string(g_segment_counter.fetch_add(1));
-    SegmentConfig config{options.slot_bytes, options.mailbox_bytes, options.oneshot_bytes,
-                         static_cast<uint32_t>(options.algo), options.arena_bytes,
-                         options.zerocopy_bytes, options.chunk_bytes, options.nontemporal_bytes,
-                         options.kernel_copy_bytes,
-                         // Note [Kernel copy]: ranks that share CPUs stage large results.
-                         n_ > usable_cpus() ? shm::kKernelCopyLimitShared : 0,
-                         n_ > usable_cpus() ? options.bcast_shared_bytes : options.bcast_bytes,
-                         n_ > usable_cpus() ? 0 : options.kernel_copy_gather_bytes};
+    // Note [Kernel copy]: ranks that share CPUs stage large results, and ranks more than
+    // twice the CPUs stage from a lower size and read small blocks through the kernel no more.
+    const bool shared = n_ > usable_cpus(), crowded = n_ > 2 * usable_cpus();
+    const uint64_t kc_bytes =
+        crowded && options.kernel_copy_bytes != 0
+            ? std::max(options.kernel_copy_bytes, shm::kKernelCopyBytesCrowded)
+            : options.kernel_copy_bytes;
+    const uint64_t kc_limit = crowded  ? shm::kKernelCopyLimitCrowded
+                              : shared ? shm::kKernelCopyLimitShared
+                                       : 0;
+    SegmentConfig config{options.slot_bytes,
+                         options.mailbox_bytes,
+                         options.oneshot_bytes,
+                         static_cast<uint32_t>(options.algo),
+                         options.arena_bytes,
+                         options.zerocopy_bytes,
+                         options.chunk_bytes,
+                         options.nontemporal_bytes,
+                         kc_bytes,
+                         kc_limit,
+                         shared ? options.bcast_shared_bytes : options.bcast_bytes,
+                         shared ? 0 : options.kernel_copy_gather_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {

@@ -92,8 +92,11 @@ struct Call {
 };
 
 // The largest result (bytes a rank writes) read with the kernel copy when the group has more
-// ranks than rank 0 has CPUs (Note [Kernel copy]).
+// ranks than rank 0 has CPUs, and when it has more than twice as many (Note [Kernel copy]).
 inline constexpr uint64_t kKernelCopyLimitShared = uint64_t{32} << 20;
+inline constexpr uint64_t kKernelCopyLimitCrowded = uint64_t{2} << 20;
+// The smallest message (bytes per rank) read with it in the latter case.
+inline constexpr uint64_t kKernelCopyBytesCrowded = uint64_t{64} << 10;
 
 // Into the caller's result buffer: with streaming stores when the message is large (its lines
 // would only evict the areas the next steps need).

@@ -448,6 +448,32 @@ TEST(ShmKernelCopy, RanksSharingCpusStageResultsAboveTheLimit) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// With more than twice as many ranks as CPUs a result above kKernelCopyLimitCrowded stays on
+// the slots, and so does a message below kKernelCopyBytesCrowded a rank; between the two the
+// kernel copy runs. All exact.
+TEST(ShmKernelCopy, RanksCrowdingTheCpusStageFromTheLowerLimit) {
+  const int n = 2 * usable_cpus() + 1;
+  if (n > 8) GTEST_SKIP() << "needs at most 3 usable CPUs (has " << usable_cpus() << ")";
+  const std::string job = unique_job("kc");
+  const uint64_t limit = shm::kKernelCopyLimitCrowded, floor = shm::kKernelCopyBytesCrowded;
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    const std::pair<uint64_t, bool> cases[] = {
+        {floor - 4096, false},  // bytes a rank: below the floor
+        {floor, true},
+        {limit / uint64_t(size) - 1024, true},  // the result just below the limit
+        {limit / uint64_t(size) + 1024, false},
+    };
+    for (const auto& [block, kernel] : cases) {
+      const int64_t count = static_cast<int64_t>(block / 4);
+      const uint64_t before = kernel_copy_calls(*b);
+      EXPECT_EQ(all_gather_pattern(*b, me, size, count, 5, 991), "") << block;
+      EXPECT_EQ(kernel_copy_calls(*b) - before, kernel ? 1u : 0u) << block << " bytes a rank";
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
 // With a CPU per rank, all_gather reads its peers' ordinary buffers from its own threshold
 // (kernel_copy_gather_bytes, 8 KiB a rank by default), the other kinds from kernel_copy_bytes
 // (32 KiB); with more ranks than CPUs all_gather keeps the common one. Results exact.
