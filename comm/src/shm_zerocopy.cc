@@ -51,8 +51,8 @@ namespace braid::shm {
 // 3.5-3.9 GB/s staged against 3.0-3.3, broadcast 4.6-5.0 against 3.7-4.0; at 16 MiB the kernel
 // copy is ahead; docs/performance.md). Where it has more than twice as many, results of more
 // than kKernelCopyLimitCrowded and messages of less than kKernelCopyBytesCrowded a rank stay
-// there too: 6 and 8 ranks on 2 vCPUs took 1.5-2x as long through the kernel for 16 MiB
-// all_gathers and broadcasts and 1.1-1.4x for all_reduces of 4-16 MiB, and 1.2-1.9x for
+// there too: 6 and 8 ranks on 2 vCPUs took up to 2.1x as long through the kernel for 16 MiB
+// all_gathers and broadcasts, up to 1.4x for all_reduces of 4-16 MiB, and up to 2.3x for
 // all_gathers of 32-43 KiB a rank (docs/performance.md, "Crowded groups stage"). Each block
 // is read whole by n-1 readers straight into their results, from memory each time, with the
 // kernel's ordinary stores; staged, its owner reads it once and the readers take it from the
