@@ -34,8 +34,10 @@
 // of the ring, which keeps the regions of three consecutive steps disjoint. Small steps (at
 // most 4 KiB) have a ring of their own, 16 KiB after the slot: for them a few lines
 // that stay in both ranks' caches cost less than cold ones (a 1 KiB all_reduce took 1.2 us
-// through the large ring, 0.3 us through a reused area). Steps of at most 64 KiB have the
-// middle ring, 256 KiB after that: few enough pages that they stay in use. On the VM measured,
+// through the large ring, 0.3 us through a reused area). Steps of at most 66 KiB have the
+// middle ring, 264 KiB after that: few enough pages that they stay in use (66, not 64: a
+// reduce_scatter of 64 KiB in all stages n blocks, each rounded up to whole lines, 65,600 bytes
+// a step at 5 ranks, which went to the large ring). On the VM measured,
 // a page left untouched for a while costs up to hundreds of microseconds at its next access,
 // with no fault in the guest (the host's doing; docs/shm.md, "Staging ring"): through the
 // large ring a 2-rank reduce_scatter of 16 KiB after a few seconds of larger calls took 17-85

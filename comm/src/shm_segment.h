@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 8;         // 8: small-broadcast cells of two lines
+inline constexpr uint32_t kVersion = 9;         // 9: a middle ring of 264 KiB
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -42,12 +42,13 @@ struct alignas(64) SegmentHeader {
 };
 
 // The two rings that follow each rank's slot (Note [Staging ring], shm_group.h): the small
-// one, 16 KiB, and the middle one, 256 KiB, each a quarter of the slot where that is smaller.
+// one, 16 KiB, and the middle one, 264 KiB (steps of up to 66 KiB: a reduce_scatter of 64 KiB
+// in n blocks of whole lines, up to 32 ranks), each a quarter of the slot where that is smaller.
 inline uint64_t small_ring_bytes(uint64_t slot_bytes) {
   return std::min<uint64_t>(16384, slot_bytes / 4) & ~uint64_t{63};
 }
 inline uint64_t middle_ring_bytes(uint64_t slot_bytes) {
-  return std::min<uint64_t>(262144, slot_bytes / 4) & ~uint64_t{63};
+  return std::min<uint64_t>(4 * (65536 + 2048), slot_bytes / 4) & ~uint64_t{63};
 }
 // A rank's slot region: the large ring (slot_bytes), then the small and the middle ring.
 inline uint64_t slot_region_bytes(uint64_t slot_bytes) {

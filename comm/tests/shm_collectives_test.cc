@@ -704,7 +704,7 @@ TEST(ShmStagingRing, EachStepSizeStagesInItsRingAndMixedSizesStayExact) {
   const uint64_t small = shm::small_ring_bytes(o.slot_bytes);
   const uint64_t middle = shm::middle_ring_bytes(o.slot_bytes);
   ASSERT_EQ(small, 16u << 10);
-  ASSERT_EQ(middle, 256u << 10);
+  ASSERT_EQ(middle, 264u << 10);
   // Element counts of an f32 all_reduce; 2 ranks fold every size up to the area (512 KiB) in
   // one one-shot step of exactly the message.
   const std::vector<int64_t> counts = {64, 1024, 1040, 4096, 16384, 16400, 65536};
@@ -741,6 +741,38 @@ TEST(ShmStagingRing, EachStepSizeStagesInItsRingAndMixedSizesStayExact) {
           << ring << " ring [" << begin << ", " << end << ")";
     }
   });
+}
+
+// A reduce_scatter of 64 KiB in all stages its n blocks, each rounded up to whole lines, in one
+// step of a little over 64 KiB (65,600 bytes at 5 ranks): it still takes the middle ring, whose
+// pages stay in use (Note [Staging ring]). Results exact.
+TEST(ShmStagingRing, ASixtyFourKibReduceScatterStagesInTheMiddleRingAtAnyRankCount) {
+  ShmOptions o;
+  o.kernel_copy_bytes = 0;  // stage every block
+  for (const int n : {3, 5, 6, 7}) {
+    const int64_t count = (int64_t{64} << 10) / 4 / n;  // f32 a rank
+    run_ranks(n, o, milliseconds(60000), [&](int me, Backend& backend) {
+      auto& group = dynamic_cast<shm::ShmGroup&>(backend);
+      const uint64_t slot = o.slot_bytes, small = shm::small_ring_bytes(slot);
+      const uint64_t middle = shm::middle_ring_bytes(slot);
+      std::vector<float> send(n * count), recv(count, -1.f);
+      for (int64_t i = 0; i < n * count; ++i) send[i] = static_cast<float>(me + i % 1001);
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kReduceScatter;
+      d.send = send.data();
+      d.recv = recv.data();
+      d.count = count;
+      backend.run(d)->wait();
+      for (int64_t i = 0; i < count; ++i) {
+        const float want = static_cast<float>(n * ((me * count + i) % 1001) + n * (n - 1) / 2);
+        ASSERT_EQ(recv[i], want) << n << " ranks, element " << i;
+      }
+      const uint64_t at = group.staging_offset();
+      EXPECT_TRUE(at >= slot + small && at < slot + small + middle)
+          << n << " ranks: staged at " << at << ", outside the middle ring [" << slot + small
+          << ", " << slot + small + middle << ")";
+    });
+  }
 }
 
 TEST(ShmErrors, PremulSumOnIntegersIsNotSupportedAndLeavesTheGroupUsable) {
