@@ -4,7 +4,7 @@
 # under mpirun with OpenMPI and the limit program, at 3, 5 and 6 ranks, where a reduce_scatter
 # of 64 KiB in all stages steps of a little over 64 KiB.
 # Usage: run.sh BEFORE AFTER [out dir (this folder)]
-#   BEFORE, AFTER: braid binaries (before: commit 6e81928; after: the commit that adds this)
+#   BEFORE, AFTER: braid binaries (before: commit 6e81928; after: commit e231344)
 set -euo pipefail
 before=$1 after=$2
 here=$(cd "$(dirname "$0")" && pwd)
