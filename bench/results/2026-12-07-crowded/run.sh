@@ -3,7 +3,8 @@
 # copy"): braid before and after the change, in the same job as OpenMPI and the limit program,
 # at 6, 8 and 4 ranks on this machine's CPUs (2 vCPUs: 6 and 8 ranks are "crowded", more than
 # twice the CPUs; 4 ranks are not, and their path did not change).
-# First, what showed it: the BEFORE binary with the kernel copy on (its default; "before" in
+# First, what showed it (3 and 5 ranks were run later, to place the boundary): the BEFORE binary
+# with the kernel copy on (its default; "before" in
 # toggle/ and summary_toggle.txt) and off (BRAID_SHM_KERNEL_COPY_BYTES=0; "after"), alternately.
 # Usage: run.sh BEFORE AFTER [out dir (this folder)]
 #   BEFORE, AFTER: braid binaries (before: commit 308efe9; after: commit ad6dd13)
@@ -13,7 +14,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${3:-$here}
 mkdir -p "$out/toggle"
 for round in 1 2 3; do
-  for np in 4 6 8; do
+  for np in 3 4 5 6 8; do
     for which in before after; do
       kc=()
       [[ $which == after ]] && kc=(BRAID_SHM_KERNEL_COPY_BYTES=0)
