@@ -3,9 +3,9 @@
 # copy"): braid before and after the change, in the same job as OpenMPI and the limit program,
 # at 6, 8 and 4 ranks on this machine's CPUs (2 vCPUs: 6 and 8 ranks are "crowded", more than
 # twice the CPUs; 4 ranks are not, and their path did not change).
-# First, what showed it (3 and 5 ranks were run later, to place the boundary): the BEFORE binary
-# with the kernel copy on (its default; "before" in
-# toggle/ and summary_toggle.txt) and off (BRAID_SHM_KERNEL_COPY_BYTES=0; "after"), alternately.
+# First, what showed it (3 and 5 ranks were run later, to place the boundary): the BEFORE
+# binary with the kernel copy on (its default; "before" in toggle/ and summary_toggle.txt) and
+# off (BRAID_SHM_KERNEL_COPY_BYTES=0; "after"), alternately.
 # Usage: run.sh BEFORE AFTER [out dir (this folder)]
 #   BEFORE, AFTER: braid binaries (before: commit 308efe9; after: commit ad6dd13)
 set -euo pipefail
