@@ -30,6 +30,7 @@ struct BenchOptions {
   int64_t max_bytes = 32 << 20;     // -e
   int64_t factor = 2;               // -f: next size = size * factor
   int iters = 20;                   // -n: iterations per timed loop
+  int iters_small = 0;              // --iters-small: the same up to 8 KiB (0: -n)
   int warmup = 5;                   // -w: warm-up iterations (at the largest and smallest size)
   int repeats = 5;                  // timed loops per size; the median is reported
   DType dtype = DType::kF32;        // -d
@@ -38,12 +39,19 @@ struct BenchOptions {
   bool check = true;                // -c
   bool shared_buffers = false;      // -R: buffers from the library's shared allocator
   std::string json_path;            // -J
+  std::string loop_times_path;      // --loop-times: each rank writes its loops to PATH.rank<R>
   std::vector<Op> ops = {Op::kAllReduce};  // --op
   std::string backend = "shm";             // --backend
   int nproc = 0;                           // --nproc: >0 starts that many ranks of itself
   std::vector<std::string> peers;          // --peer: libraries to compare with ("mpi")
   int report_fd = -1;  // internal: rank 0 writes the report here (set by --nproc's parent)
 };
+
+// The largest size (the table's size column) whose timed loops make --iters-small calls: OSU
+// micro-benchmarks' LARGE_MESSAGE_SIZE, below which they loop 10000 times and above it 1000.
+inline constexpr int64_t kSmallMessageBytes = 8192;
+// Calls per timed loop at a size: --iters-small up to kSmallMessageBytes where set, else -n.
+int iters_for(const BenchOptions& options, int64_t bytes);
 
 // nccl-tests' size syntax: a number with an optional K, M or G (powers of 1024), "64K".
 // Throws kInvalidArgument naming `flag` and the text.

@@ -150,6 +150,10 @@ ReduceOp parse_redop(std::string_view name) {
   BRAID_FAIL(kInvalidArgument, "-o '", name, "': expected sum, prod, min, max or avg");
 }
 
+int iters_for(const BenchOptions& o, int64_t bytes) {
+  return o.iters_small > 0 && bytes <= kSmallMessageBytes ? o.iters_small : o.iters;
+}
+
 void validate(const BenchOptions& o) {
   BRAID_CHECK(o.min_bytes >= 0, kInvalidArgument, "-b ", o.min_bytes, ": expected >= 0");
   BRAID_CHECK(o.min_bytes <= o.max_bytes, kInvalidArgument, "-b ", o.min_bytes,
@@ -157,6 +161,8 @@ void validate(const BenchOptions& o) {
   BRAID_CHECK(o.factor >= 2, kInvalidArgument, "-f ", o.factor,
               ": expected a step factor >= 2 (sizes grow as size * factor)");
   BRAID_CHECK(o.iters >= 1, kInvalidArgument, "-n ", o.iters, ": expected >= 1 iteration");
+  BRAID_CHECK(o.iters_small >= 0, kInvalidArgument, "--iters-small ", o.iters_small,
+              ": expected >= 1 iteration, or 0 for -n's");
   BRAID_CHECK(o.warmup >= 0, kInvalidArgument, "-w ", o.warmup, ": expected >= 0");
   BRAID_CHECK(o.repeats >= 1, kInvalidArgument, "--repeats ", o.repeats, ": expected >= 1");
   BRAID_CHECK(o.root >= 0, kInvalidArgument, "-r ", o.root, ": expected a rank >= 0");
@@ -177,7 +183,9 @@ std::vector<std::string> to_args(const BenchOptions& o) {
       "-d", std::string(dtype_name(o.dtype)), "-o",        std::string(reduce_op_name(o.redop)),
       "-r", std::to_string(o.root),           "-c",        o.check ? "1" : "0",
       "-R", o.shared_buffers ? "1" : "0",     "--backend", o.backend};
+  a.insert(a.end(), {"--iters-small", std::to_string(o.iters_small)});
   if (!o.json_path.empty()) a.insert(a.end(), {"-J", o.json_path});
+  if (!o.loop_times_path.empty()) a.insert(a.end(), {"--loop-times", o.loop_times_path});
   for (Op op : o.ops) a.insert(a.end(), {"--op", std::string(op_name(op))});
   for (const std::string& p : o.peers) a.insert(a.end(), {"--peer", p});
   return a;

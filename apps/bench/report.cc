@@ -66,6 +66,12 @@ std::string ratio_str(double a, double b) {
   return b > 0 ? fmt("%7.2f", a / b) : "    n/a";
 }
 
+// The preamble's note of --iters-small: " (1000 up to 8192 bytes)", or nothing.
+std::string small_loops(const BenchOptions& o) {
+  if (o.iters_small <= 0) return "";
+  return fmt(" (%d up to %lld bytes)", o.iters_small, static_cast<long long>(kSmallMessageBytes));
+}
+
 }  // namespace
 
 std::string format_preamble(const BenchOptions& o, const std::string& library, int nranks) {
@@ -78,8 +84,8 @@ std::string format_preamble(const BenchOptions& o, const std::string& library, i
          fmt("# buffers: %s\n", o.shared_buffers
                                     ? "the library's shared allocator where it has one (-R 1)"
                                     : "braid cpu allocator (-R 0)") +
-         fmt("# time: median of %d timed loops of %d iterations, averaged over ranks\n", o.repeats,
-             o.iters);
+         fmt("# time: median of %d timed loops of %d iterations%s, averaged over ranks\n",
+             o.repeats, o.iters, small_loops(o).c_str());
 }
 
 namespace {
@@ -192,6 +198,8 @@ std::string to_json(const BenchOptions& o, int nranks, const std::vector<OpResul
       ",\n  \"max_bytes\": " + std::to_string(o.max_bytes) +
       ",\n  \"factor\": " + std::to_string(o.factor) +
       ",\n  \"iters\": " + std::to_string(o.iters) +
+      ",\n  \"iters_small\": " + std::to_string(iters_for(o, kSmallMessageBytes)) +
+      ",\n  \"small_bytes\": " + std::to_string(kSmallMessageBytes) +
       ",\n  \"warmup_iters\": " + std::to_string(o.warmup) +
       ",\n  \"repeats\": " + std::to_string(o.repeats) +
       ",\n  \"check\": " + (o.check ? "true" : "false") + ",\n  \"results\": [";

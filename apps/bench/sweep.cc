@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -94,6 +95,9 @@ class Runner {
     bufs_.send = make_buffer(static_cast<int64_t>(send_bytes_), lib, shared);
     bufs_.recv = make_buffer(static_cast<int64_t>(recv_bytes_), lib, shared);
   }
+  ~Runner() { write_loop_times(); }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
 
   void warmup(int64_t bytes) {
     const int64_t count = count_for(op_, bytes, o_.dtype, n_);
@@ -124,17 +128,19 @@ class Runner {
   double loop(const Row& r, bool in_place, bool interleaved) {
     CallBuffers b = bufs_.call(op_, r.count, in_place, lib_.rank(), elem_);
     if (interleaved) call(b);
+    const int iters = iters_for(o_, r.bytes);
     lib_.barrier();
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < o_.iters; ++i) call(b);
+    for (int i = 0; i < iters; ++i) call(b);
     std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
     if (interleaved) lib_.barrier();
-    return dt.count() / o_.iters;
+    return dt.count() / iters;
   }
 
   // The figures from this rank's loops: the median loop averaged over ranks (a collective of
   // this library, so every rank calls it), then the check.
   Measure summarize(const Row& r, bool in_place, std::vector<double> per_iter) {
+    if (!o_.loop_times_path.empty()) record_loops(r, in_place, per_iter);
     std::nth_element(per_iter.begin(), per_iter.begin() + per_iter.size() / 2, per_iter.end());
     const double sec = lib_.sum_across(per_iter[per_iter.size() / 2]) / n_;
     Measure m;
@@ -155,6 +161,27 @@ class Runner {
     std::vector<double> per_iter;
     for (int rep = 0; rep < o_.repeats; ++rep) per_iter.push_back(loop(r, in_place, false));
     return summarize(r, in_place, std::move(per_iter));
+  }
+
+  // --loop-times: one line per timed loop, kept until the Runner ends (no file I/O between
+  // loops): library, op, size, placement, loop (in order), calls, microseconds per call.
+  void record_loops(const Row& r, bool in_place, const std::vector<double>& per_iter) {
+    for (size_t k = 0; k < per_iter.size(); ++k) {
+      loop_times_ += lib_.name() + '\t' + std::string(op_name(op_)) + '\t' +
+                     std::to_string(r.bytes) + '\t' + (in_place ? "in_place" : "out_of_place") +
+                     '\t' + std::to_string(k) + '\t' + std::to_string(iters_for(o_, r.bytes)) +
+                     '\t' + std::to_string(per_iter[k] * 1e6) + '\n';
+    }
+  }
+  void write_loop_times() noexcept {
+    if (loop_times_.empty()) return;
+    const std::string path = o_.loop_times_path + ".rank" + std::to_string(lib_.rank());
+    if (std::FILE* f = std::fopen(path.c_str(), "a")) {
+      std::fwrite(loop_times_.data(), 1, loop_times_.size(), f);
+      std::fclose(f);
+    } else {
+      std::fprintf(stderr, "braid bench: --loop-times: cannot append to %s\n", path.c_str());
+    }
   }
 
   int64_t check(const CallBuffers& b) {
@@ -199,6 +226,7 @@ class Runner {
   size_t elem_ = 4;
   size_t send_bytes_ = 0, recv_bytes_ = 0;  // as asked for (make_buffer rounds up)
   Buffers bufs_;
+  std::string loop_times_;  // record_loops()
 };
 
 }  // namespace

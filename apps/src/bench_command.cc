@@ -34,6 +34,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-f,--stepfactor", o->factor, "Multiply the size by this each step")
       ->capture_default_str();
   cmd->add_option("-n,--iters", o->iters, "Iterations per timed loop")->capture_default_str();
+  cmd->add_option("--iters-small", o->iters_small,
+                  "Iterations per timed loop for sizes up to 8 KiB (OSU's convention; 0: -n)")
+      ->capture_default_str();
   cmd->add_option("-w,--warmup_iters", o->warmup, "Warm-up iterations")->capture_default_str();
   cmd->add_option("--repeats", o->repeats, "Timed loops per size; the median is reported")
       ->capture_default_str();
@@ -48,6 +51,8 @@ void add_bench_command(CLI::App& app) {
                   "1: buffers from the backend's shared allocator (shm: zero-copy), 0: malloc")
       ->capture_default_str();
   cmd->add_option("-J,--json", o->json_path, "Also write the results to this JSON file");
+  cmd->add_option("--loop-times", o->loop_times_path,
+                  "Each rank appends every timed loop's time to PATH.rank<R> (docs/bench.md)");
   cmd->add_option("--op", raw->ops,
                   "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all "
                   "(repeatable; default all_reduce)");

@@ -21,8 +21,12 @@ rows_of() {
 
 case $mode in
 sweep)
-  (cd "$tmp" && "$braid" bench --nproc 2 -b 8 -e 64K -f 4 -c 1 --op all -J out.json) \
-    >"$tmp/out" 2>&1 || fail "exit status $?"
+  # --iters-small reaches every rank (--nproc passes it on): ranks that loop differently would
+  # fail their calls.
+  (cd "$tmp" && "$braid" bench --nproc 2 -b 8 -e 64K -f 4 -c 1 --op all --iters-small 50 \
+    -J out.json) >"$tmp/out" 2>&1 || fail "exit status $?"
+  grep -q '^# time: median of 5 timed loops of 20 iterations (50 up to 8192 bytes), averaged over ranks$' \
+    "$tmp/out" || fail "no --iters-small in the preamble"
   grep -q '^#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong$' \
     "$tmp/out" || fail "no nccl-tests header"
   for op in all_reduce all_gather reduce_scatter broadcast reduce all_to_all; do
@@ -44,6 +48,7 @@ d = json.load(open(sys.argv[1]))
 table = [l.split() for l in open(sys.argv[2]) if l[:1] == ' ' or l[:1].isdigit()]
 rows = [(r["op"], row) for r in d["results"] for row in r["rows"]]
 assert d["nranks"] == 2, d["nranks"]
+assert (d["iters"], d["iters_small"], d["small_bytes"]) == (20, 50, 8192), d
 assert [r["op"] for r in d["results"]] == ["all_reduce", "all_gather", "reduce_scatter",
                                            "broadcast", "reduce", "all_to_all"]
 assert len(rows) == len(table) == 42, (len(rows), len(table))
@@ -64,6 +69,8 @@ badflags)
   grep -q "gossip" "$tmp/out" || fail "--op gossip: message"
   "$braid" bench --nproc 2 -b 8 -e 8 -r 5 --op broadcast >"$tmp/out" 2>&1 && fail "-r 5 exited 0"
   grep -q -- "-r 5" "$tmp/out" || fail "-r 5: message does not name the root"
+  "$braid" bench --iters-small -3 >"$tmp/out" 2>&1 && fail "--iters-small -3 exited 0"
+  grep -q -- "--iters-small -3" "$tmp/out" || fail "--iters-small -3: message does not name it"
   ;;
 limit)
   # --peer limit (the bare shared-memory data path): every op it implements checked on 2 and 4

@@ -1,11 +1,17 @@
 // Tests of apps/bench's pieces without processes: option parsing and validation, the bus
 // bandwidth factors, the -c 1 checker against collectives simulated here in plain C++ (so a
 // checker that accepts anything, or rejects correct results, fails), the table layout, and
-// the order in which an interleaved sweep runs the libraries' loops.
+// the order in which an interleaved sweep runs the libraries' loops, --iters-small's loop lengths
+// and --loop-times' file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,6 +85,9 @@ TEST(BenchOptions, ValidateNamesTheFlag) {
   o.iters = 0;
   expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "-n 0");
   o = BenchOptions{};
+  o.iters_small = -1;
+  expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "--iters-small -1");
+  o = BenchOptions{};
   o.peers = {"gloo"};
   expect_error([&] { validate(o); }, ErrorKind::kInvalidArgument, "--peer 'gloo'");
 }
@@ -97,6 +106,21 @@ TEST(BenchOptions, ToArgsRoundTripsTheSweep) {
   EXPECT_EQ(parse_bench_dtype(value_of("-d")), DType::kBF16);
   EXPECT_EQ(std::count(a.begin(), a.end(), "--op"), 2);
   EXPECT_EQ(std::find(a.begin(), a.end(), "--nproc"), a.end());
+  o.iters_small = 1000;
+  a = to_args(o);
+  EXPECT_EQ(value_of("--iters-small"), "1000");
+}
+
+// OSU micro-benchmarks' convention: sizes up to 8 KiB loop --iters-small times, larger ones -n.
+TEST(BenchOptions, SmallSizesTakeTheirOwnIterationCount) {
+  BenchOptions o;
+  o.iters = 20;
+  EXPECT_EQ(iters_for(o, 16), 20);  // unset: -n everywhere
+  o.iters_small = 1000;
+  EXPECT_EQ(iters_for(o, 0), 1000);
+  EXPECT_EQ(iters_for(o, kSmallMessageBytes), 1000);
+  EXPECT_EQ(iters_for(o, kSmallMessageBytes + 1), 20);
+  EXPECT_EQ(iters_for(o, 64 << 20), 20);
 }
 
 TEST(BenchFormulas, BusFactorsAreNcclTests) {
@@ -310,6 +334,77 @@ TEST(BenchSweep, InterleavedSweepAlternatesTheLibrariesLoopByLoop) {
     expect.push_back("B barrier");
   }
   EXPECT_EQ(log, expect);
+}
+
+// The timed loops make --iters-small calls at sizes up to 8 KiB and -n above: every library
+// alike, so both columns of a ratio time loops of the same length.
+TEST(BenchSweep, TimedLoopsOfSmallSizesMakeItersSmallCalls) {
+  BenchOptions o;
+  o.min_bytes = kSmallMessageBytes;
+  o.max_bytes = 2 * kSmallMessageBytes;  // one size on each side
+  o.factor = 2;
+  o.iters = 2;
+  o.iters_small = 5;
+  o.warmup = 0;
+  o.repeats = 1;
+  o.check = false;
+  std::vector<std::string> log;
+  Recorder a("A", &log), b("B", &log);
+  std::vector<OpResult> r = sweep_interleaved({&a, &b}, o, Op::kAllReduce);
+  ASSERT_EQ(r.size(), 2u);
+  // Per size and placement, each library: one untimed call, the barrier, the timed calls, a
+  // barrier; then each library's summary barrier.
+  std::vector<int> timed;
+  for (size_t i = 0; i < log.size(); ++i) {
+    if (log[i] != "A barrier") continue;
+    int calls = 0;
+    while (i + 1 + calls < log.size() && log[i + 1 + calls] == "A run") ++calls;
+    if (calls > 0) timed.push_back(calls);
+  }
+  EXPECT_EQ(timed, (std::vector<int>{5, 5, 2, 2}));  // 8 KiB out of / in place, then 16 KiB
+}
+
+// --loop-times: every timed loop of every library, one line each, in PATH.rank<R>; appended,
+// so a second sweep adds its lines after the first's.
+TEST(BenchSweep, LoopTimesListEveryTimedLoop) {
+  char dir[] = "/tmp/braid-loop-times-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  BenchOptions o;
+  o.min_bytes = 8;
+  o.max_bytes = 16;
+  o.factor = 2;
+  o.iters = 3;
+  o.warmup = 0;
+  o.repeats = 2;
+  o.check = false;
+  o.loop_times_path = std::string(dir) + "/loops";
+  std::vector<std::string> log;
+  Recorder a("A", &log), b("B", &log);
+  sweep_interleaved({&a, &b}, o, Op::kBroadcast);
+  sweep(a, o, Op::kBroadcast, nullptr);
+  const std::string path = o.loop_times_path + ".rank0";
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  std::vector<std::vector<std::string>> lines;
+  for (std::string line; std::getline(in, line);) {
+    std::vector<std::string> fields;
+    std::istringstream f(line);
+    for (std::string x; std::getline(f, x, '\t');) fields.push_back(x);
+    ASSERT_EQ(fields.size(), 7u) << line;
+    lines.push_back(fields);
+  }
+  // 2 sizes x 2 placements x 2 loops, for A and B, then for A alone.
+  ASSERT_EQ(lines.size(), 24u);
+  EXPECT_EQ(lines[0], (std::vector<std::string>{"A", "broadcast", "8", "out_of_place", "0", "3",
+                                                lines[0][6]}));
+  EXPECT_EQ(lines[1][4], "1");
+  EXPECT_GE(std::stod(lines[0][6]), 0.0);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](auto& l) { return l[0] == "B"; }), 8);
+  EXPECT_EQ(lines.back()[0], "A");
+  EXPECT_EQ(lines.back()[2], "16");
+  EXPECT_EQ(lines.back()[3], "in_place");
+  std::remove(path.c_str());
+  ::rmdir(dir);
 }
 
 // The probe between two threads of one process over an in-memory store: the same segment and
