@@ -9,6 +9,7 @@
 
 #include "fold.h"
 #include "shm_group.h"
+#include "wait_policy.h"
 
 namespace braid::shm {
 namespace {
@@ -122,7 +123,13 @@ void ShmGroup::reduce_two_shot(Call& c) {
   // chunk + (chunk / n + 1) <= cap: the staged chunk and the largest stripe share the area.
   const int64_t chunk = chunk_elems((cap - 1) * n_ / (n_ + 1), es);
   const bool wants_result = d.kind == CollectiveKind::kAllReduce || me_ == d.root;
-  const bool stream = d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
+  // In place with a CPU per rank, ordinary stores: chunk k-1's result overwrites lines this
+  // rank read a step ago to stage them, still in its cache, where a streaming store must evict
+  // them first (staged, 2 ranks, 8-64 MiB in place: 1.23-1.48x). Out of place, and with
+  // ranks sharing CPUs, streaming stores stay ahead (docs/shm.md, "Algorithms").
+  const bool in_place_hot = d.send == d.recv && n_ <= usable_cpus();
+  const bool stream =
+      d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes) && !in_place_hot;
   std::vector<const void*>& inputs = inputs_;
   const int64_t chunks = steps_for(d.count, chunk);
   for (int64_t k = 0; k <= chunks; ++k) {
