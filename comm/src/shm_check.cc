@@ -121,7 +121,8 @@ void ShmGroup::publish_call(Call& c) {
   words.recv_arena_off.store(c.recv_off, std::memory_order_relaxed);
   words.send_addr.store(reinterpret_cast<uintptr_t>(d.send), std::memory_order_relaxed);
   words.recv_addr.store(reinterpret_cast<uintptr_t>(d.recv), std::memory_order_relaxed);
-  words.kernel_copy.store(c.kc_mine ? 1 : 0, std::memory_order_relaxed);
+  // Note [Kernel copy]: 1 offers, 2 declines this call, 0 cannot (the group stops trying).
+  words.kernel_copy.store(c.kc_mine ? 1 : c.kc_declined ? 2 : 0, std::memory_order_relaxed);
   // The release store of the ready epoch that follows makes these visible to the peers.
 }
 

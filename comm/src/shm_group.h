@@ -88,6 +88,7 @@ struct Call {
   // and (after the first step) every rank does.
   bool kc_tried = false;  // tries_kernel_copy(), decided once at the call's start
   bool kc_mine = false;
+  bool kc_declined = false;  // could, but its buffers are on 4 KiB pages (kKernelCopyPagedBytes)
   bool kc_all = false;
   bool kc_used = false;  // this rank copied through the kernel in this call
   bool stop() const { return zc_taken || zc_repeat; }
@@ -99,6 +100,9 @@ inline constexpr uint64_t kKernelCopyLimitShared = uint64_t{32} << 20;
 inline constexpr uint64_t kKernelCopyLimitCrowded = uint64_t{2} << 20;
 // The smallest message (bytes per rank) read with it in the latter case.
 inline constexpr uint64_t kKernelCopyBytesCrowded = uint64_t{64} << 10;
+// The smallest all_reduce / reduce_scatter message (bytes per rank) for which a rank whose
+// buffers are not on huge pages declines the kernel copy for the call (Note [Kernel copy]).
+inline constexpr uint64_t kKernelCopyPagedBytes = uint64_t{8} << 20;
 
 // Into the caller's result buffer: with streaming stores when the message is large (its lines
 // would only evict the areas the next steps need).

@@ -23,6 +23,7 @@
 #include "../src/shm_group.h"
 #include "../src/wait_policy.h"
 #include "braid/comm/shared_tensor.h"
+#include "braid/core/allocator.h"
 #include "braid/core/environment.h"
 #include "comm_test_util.h"
 
@@ -424,6 +425,65 @@ TEST(ShmKernelCopy, DefaultOptionsUseItForLargeOrdinaryBuffers) {
     auto b = make_backend(me, size, store, job, ShmOptions{});
     EXPECT_EQ(all_gather_pattern(*b, me, size, count, 3), "");
     EXPECT_EQ(kernel_copy_calls(*b), 1u);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// An all_reduce of kKernelCopyPagedBytes (i32, out of place) on `in` / `out`, rank r adding
+// i * (r + 1) + call at i; "" when exact, else what went wrong.
+std::string paged_all_reduce(Backend& b, int me, int size, int32_t* in, int32_t* out, int call) {
+  const int64_t count = static_cast<int64_t>(shm::kKernelCopyPagedBytes / 4);
+  for (int64_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i * (me + 1) + call);
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kAllReduce;
+  d.dtype = DType::kI32;
+  d.count = count;
+  d.send = in;
+  d.recv = out;
+  if (b.run(d)->error()) return "the all_reduce failed";
+  const int64_t ranks_sum = static_cast<int64_t>(size) * (size + 1) / 2;
+  for (int64_t i = 0; i < count; ++i) {
+    if (out[i] != static_cast<int32_t>(i * ranks_sum + size * call)) {
+      return "call " + std::to_string(call) + " element " + std::to_string(i) + " is " +
+             std::to_string(out[i]);
+    }
+  }
+  return "";
+}
+
+// Note [Kernel copy]: from kKernelCopyPagedBytes an all_reduce whose buffers are not on huge
+// pages stages; a rank that declines leaves the group trying at later calls (a 2 MiB all_gather
+// after it reads through the kernel); where one rank offers and the other declines, the slot
+// path starts again; buffers of braid's cpu allocator on huge pages take the kernel copy.
+// Results exact throughout.
+TEST(ShmKernelCopy, LargeReductionsOnSmallPagesStage) {
+  const std::string job = unique_job("kp");
+  const size_t bytes = shm::kKernelCopyPagedBytes;
+  auto result = testing::run_threads(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    std::vector<int32_t> in(bytes / 4), out(bytes / 4);
+    DataPtr huge_in = get_allocator(kCPU).allocate(bytes);
+    DataPtr huge_out = get_allocator(kCPU).allocate(bytes);
+    auto* hin = static_cast<int32_t*>(huge_in.get());
+    auto* hout = static_cast<int32_t*>(huge_out.get());
+    const bool heap_huge =
+        cpu_memory_on_huge_pages(in.data(), bytes) && cpu_memory_on_huge_pages(out.data(), bytes);
+    const bool block_huge =
+        cpu_memory_on_huge_pages(hin, bytes) && cpu_memory_on_huge_pages(hout, bytes);
+    uint64_t before = kernel_copy_calls(*b);
+    EXPECT_EQ(paged_all_reduce(*b, me, size, in.data(), out.data(), 1), "");
+    EXPECT_EQ(kernel_copy_calls(*b) - before, heap_huge ? 1u : 0u) << "heap buffers";
+    before = kernel_copy_calls(*b);
+    EXPECT_EQ(all_gather_pattern(*b, me, size, (int64_t{2} << 20) / 4, 3), "");
+    EXPECT_EQ(kernel_copy_calls(*b) - before, 1u) << "an all_gather after a declined call";
+    before = kernel_copy_calls(*b);
+    EXPECT_EQ(
+        paged_all_reduce(*b, me, size, me == 0 ? hin : in.data(), me == 0 ? hout : out.data(), 2),
+        "");
+    EXPECT_EQ(kernel_copy_calls(*b) - before, heap_huge && block_huge ? 1u : 0u) << "mixed";
+    before = kernel_copy_calls(*b);
+    EXPECT_EQ(paged_all_reduce(*b, me, size, hin, hout, 3), "");
+    EXPECT_EQ(kernel_copy_calls(*b) - before, block_huge ? 1u : 0u) << "huge-page blocks";
   });
   EXPECT_TRUE(result.ok()) << result.summary();
 }

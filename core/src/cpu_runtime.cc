@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <string>
 
 #include "braid/core/allocator.h"
 #include "braid/core/cpu_features.h"
@@ -42,7 +46,45 @@ void check_host(Device d, const char* role, size_t bytes) {
 // posix_memalign, whose overflow checks the mapping would bypass.
 constexpr size_t kHugePage = size_t{2} << 20;
 
+// The blocks mapped for huge pages, start -> end, for cpu_memory_on_huge_pages().
+struct HugeBlocks {
+  std::mutex mu;
+  std::map<uintptr_t, uintptr_t> blocks;
+};
+HugeBlocks& huge_blocks() {
+  static HugeBlocks* b = new HugeBlocks;  // never destroyed: blocks may be freed at exit
+  return *b;
+}
+
+// The kernel's transparent huge page mode: the bracketed word of
+// /sys/kernel/mm/transparent_hugepage/enabled ("always", "madvise" or "never"); "" when it
+// cannot be read.
+const std::string& thp_mode() {
+  static const std::string mode = [] {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    std::getline(in, line);
+    const size_t open = line.find('['), close = line.find(']');
+    return open != std::string::npos && close > open ? line.substr(open + 1, close - open - 1)
+                                                     : std::string();
+  }();
+  return mode;
+}
+
 }  // namespace
+
+bool cpu_memory_on_huge_pages(const void* ptr, size_t bytes) {
+  const std::string& mode = thp_mode();
+  if (mode == "never" || ptr == nullptr) return false;
+  if (mode == "always") return true;
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  HugeBlocks& h = huge_blocks();
+  std::lock_guard<std::mutex> lock(h.mu);
+  auto it = h.blocks.upper_bound(begin);
+  if (it == h.blocks.begin()) return false;
+  --it;
+  return begin >= it->first && bytes <= it->second - begin;
+}
 
 namespace detail {
 // The smallest block mapped with huge pages, from BRAID_CPU_HUGEPAGES (a byte count; unset:
@@ -99,6 +141,11 @@ class CpuRuntime final : public DeviceRuntime {
 
   void raw_free(int index, void* ptr, size_t bytes) override {
     if (ptr != nullptr && mapped(bytes)) {
+      {
+        HugeBlocks& h = huge_blocks();
+        std::lock_guard<std::mutex> lock(h.mu);
+        h.blocks.erase(reinterpret_cast<uintptr_t>(ptr));
+      }
       ::munmap(ptr, round_up(bytes));
     } else {
       std::free(ptr);
@@ -166,7 +213,13 @@ class CpuRuntime final : public DeviceRuntime {
     const uintptr_t tail = aligned + size, span_end = base + span;
     if (span_end > tail) ::munmap(reinterpret_cast<void*>(tail), span_end - tail);
     void* ptr = reinterpret_cast<void*>(aligned);
-    ::madvise(ptr, size, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB
+    // A hint: without THP the pages stay 4 KiB. Where the kernel refuses it, the block is not
+    // recorded as one on huge pages.
+    if (::madvise(ptr, size, MADV_HUGEPAGE) == 0) {
+      HugeBlocks& h = huge_blocks();
+      std::lock_guard<std::mutex> lock(h.mu);
+      h.blocks[aligned] = aligned + size;
+    }
     return ptr;
   }
 };

@@ -159,6 +159,37 @@ TEST(CpuRuntime, LargeBlocksAreHugePageAlignedAndEligible) {
 #endif
 }
 
+// cpu_memory_on_huge_pages(): where the kernel's mode is "madvise", a large block and any range
+// inside it, but not a heap block, a range that runs past the block, or the block once freed;
+// every range where the mode is "always"; none where it is "never".
+TEST(CpuRuntime, HugePageBlocksAreKnownByAddress) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "under AddressSanitizer every block comes from posix_memalign";
+#else
+  if (std::getenv("BRAID_CPU_HUGEPAGES")) GTEST_SKIP() << "BRAID_CPU_HUGEPAGES is set";
+  DeviceRuntime& rt = device_runtime(DeviceType::kCPU);
+  const size_t bytes = (size_t{9} << 20) + 3;
+  auto* p = static_cast<unsigned char*>(rt.raw_allocate(0, bytes));
+  std::vector<unsigned char> heap(size_t{8} << 20);
+  const std::string mode = thp_mode();
+  EXPECT_FALSE(cpu_memory_on_huge_pages(nullptr, 1));
+  if (mode == "never") {
+    EXPECT_FALSE(cpu_memory_on_huge_pages(p, bytes));
+  } else if (mode == "always") {
+    EXPECT_TRUE(cpu_memory_on_huge_pages(p, bytes));
+    EXPECT_TRUE(cpu_memory_on_huge_pages(heap.data(), heap.size()));
+  } else {
+    EXPECT_TRUE(cpu_memory_on_huge_pages(p, bytes)) << mode;
+    EXPECT_TRUE(cpu_memory_on_huge_pages(p + 4096, size_t{1} << 20));
+    EXPECT_FALSE(cpu_memory_on_huge_pages(p, bytes + 8192));  // past the block's last page
+    EXPECT_FALSE(cpu_memory_on_huge_pages(p - 4096, 8192));   // before its start
+    EXPECT_FALSE(cpu_memory_on_huge_pages(heap.data(), heap.size()));
+  }
+  rt.raw_free(0, p, bytes);
+  if (mode != "always") EXPECT_FALSE(cpu_memory_on_huge_pages(p, bytes));
+#endif
+}
+
 TEST(CpuRuntime, HugePageThresholdComesFromTheEnvironment) {
   const std::pair<const char*, size_t> cases[] = {
       {"", size_t{4} << 20}, {"0", 0}, {"64M", size_t{64} << 20}, {"1", size_t{2} << 20}};

@@ -35,3 +35,5 @@ for np in 2 4; do
   done
 done
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)" >>"$here/machine.txt"
+# The change that followed (a rank declines the kernel copy for all_reduce / reduce_scatter of
+# 8 MiB and more a rank where its buffers are not on huge pages): run_ab.sh BEFORE AFTER.

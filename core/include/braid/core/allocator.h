@@ -89,6 +89,14 @@ class Allocator {
 // (docs/gpu.md, "Device runtime").
 Allocator& get_allocator(Device device);
 
+// Whether [ptr, ptr + bytes) lies in memory that transparent huge pages back, as far as this
+// process can tell cheaply: inside one block of braid's cpu allocator mapped for them (blocks of
+// BRAID_CPU_HUGEPAGES and more) where the kernel's mode is "madvise", or anywhere where it is
+// "always"; never where it is "never". A hint for work whose cost is per page (the shm
+// backend's kernel copy pins every page it reads): the kernel may have left parts of a block on
+// 4 KiB pages. Thread-safe.
+bool cpu_memory_on_huge_pages(const void* ptr, size_t bytes);
+
 // The process-wide allocator of page-locked (pinned) host memory, for asynchronous copies
 // between host and GPU: blocks are host memory (device() is cpu) provided by the first GPU
 // runtime with a visible device (cuda, then hip). Throws kNotSupported when there is none.
