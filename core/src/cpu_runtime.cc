@@ -83,7 +83,7 @@ bool cpu_memory_on_huge_pages(const void* ptr, size_t bytes) {
   auto it = h.blocks.upper_bound(begin);
   if (it == h.blocks.begin()) return false;
   --it;
-  return begin >= it->first && bytes <= it->second - begin;
+  return begin < it->second && bytes <= it->second - begin;  // it->first <= begin
 }
 
 namespace detail {

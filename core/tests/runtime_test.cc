@@ -183,6 +183,8 @@ TEST(CpuRuntime, HugePageBlocksAreKnownByAddress) {
     EXPECT_TRUE(cpu_memory_on_huge_pages(p + 4096, size_t{1} << 20));
     EXPECT_FALSE(cpu_memory_on_huge_pages(p, bytes + 8192));  // past the block's last page
     EXPECT_FALSE(cpu_memory_on_huge_pages(p - 4096, 8192));   // before its start
+    // A page past its end: no other block can start before p + 10 MiB (2 MiB aligned).
+    EXPECT_FALSE(cpu_memory_on_huge_pages(p + (size_t{9} << 20) + 8192, 16));
     EXPECT_FALSE(cpu_memory_on_huge_pages(heap.data(), heap.size()));
   }
   rt.raw_free(0, p, bytes);
