@@ -404,6 +404,15 @@ TEST(BenchSweep, LoopTimesListEveryTimedLoop) {
   EXPECT_EQ(lines.back()[2], "16");
   EXPECT_EQ(lines.back()[3], "in_place");
   std::remove(path.c_str());
+  // A file that cannot be written: the sweep's results stand, and stderr names the path.
+  o.loop_times_path = std::string(dir) + "/no-such-folder/loops";
+  ::testing::internal::CaptureStderr();
+  const OpResult r = sweep(a, o, Op::kBroadcast, nullptr);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(r.rows.size(), 2u);
+  EXPECT_NE(err.find("--loop-times: cannot append to " + o.loop_times_path + ".rank0"),
+            std::string::npos)
+      << err;
   ::rmdir(dir);
 }
 
