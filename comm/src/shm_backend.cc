@@ -202,6 +202,7 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
   if (seg_->header().kernel_copy_bytes != 0 && options.kernel_copy_bytes != 0) {
     kernel_copy_able_ = kernel_copy_works();
   }
+  seg_->control(me_).kernel_copy_able.store(kernel_copy_able_ ? 1 : 2, std::memory_order_release);
 }
 
 ShmGroup::~ShmGroup() = default;

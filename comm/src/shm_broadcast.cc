@@ -38,8 +38,22 @@
 //   - Small broadcasts take no step: the step protocol's reasoning is untouched, except that a
 //     peer may now be any number of small broadcasts ahead. The call words (Note [Step
 //     protocol]) are therefore indexed by the step-protocol calls only (Call::step_call).
+//
+// Note [Small broadcast by reference]
+// A message of kBcastByReferenceBytes or more whose root buffer braid's cpu allocator put on
+// huge pages (cpu_memory_on_huge_pages) stays there: the root writes its address into the cell
+// (`by_reference`), each receiver copies it out with process_vm_readv (one copy where the ring
+// makes two), and the root returns once every receiver's `done` says it has: the caller may
+// change its buffer then. The root alone decides, from its buffer and from what every rank
+// published when it joined (ControlBlock::kernel_copy_able: its process_vm_readv works and its
+// memory may be read; every pid in one namespace), so nothing else is agreed per call. The
+// kernel pins each page it reads: a huge page costs next to nothing per 4 KiB, a 4 KiB page
+// about as much as its copy (Note [Kernel copy], shm_zerocopy.cc), so other buffers keep the
+// ring. With 3, 4 and 8 ranks on 2 vCPUs, 256 KiB on huge pages went 1.2-2.0x faster this way,
+// 128 KiB level to 2.2x, 64 KiB slower (docs/performance.md, "Small broadcasts by reference").
 #include <cstring>
 
+#include "braid/core/allocator.h"
 #include "shm_group.h"
 
 namespace braid::shm {
@@ -104,6 +118,25 @@ void ShmGroup::wait_bcast_done(Call& c, uint32_t done) {
   bcast_seen_done_ = first ? done : least;
 }
 
+bool ShmGroup::bcast_by_reference(const void* buf, int64_t bytes) {
+  if (bytes < kBcastByReferenceBytes || !kernel_copy_able_ || n_ < 2) return false;
+  if (bcast_ref_group_ == 0) {
+    // Every rank published whether it offers process_vm_readv when it joined; one not yet
+    // seen leaves the question open, one that does not (or a pid namespace of its own)
+    // closes it.
+    const uint64_t ns = seg_->control(me_).pid_ns.load(std::memory_order_relaxed);
+    int verdict = ns != 0 ? 1 : -1;
+    for (int p = 0; p < n_ && verdict > 0; ++p) {
+      const ControlBlock& cb = seg_->control(p);
+      const uint32_t able = cb.kernel_copy_able.load(std::memory_order_acquire);
+      if (able == 2 || cb.pid_ns.load(std::memory_order_relaxed) != ns) verdict = -1;
+      if (able == 0) verdict = 0;
+    }
+    bcast_ref_group_ = verdict;
+  }
+  return bcast_ref_group_ > 0 && cpu_memory_on_huge_pages(buf, static_cast<size_t>(bytes));
+}
+
 bool ShmGroup::bcast_done_now(uint32_t done) {
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - done) >= 0; };
   if (reached(bcast_seen_done_)) return true;
@@ -127,7 +160,13 @@ void ShmGroup::broadcast_small(Call& c) {
     wait_bcast_done(c, b + 1 - kBcastCells);
     BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
     uint8_t* data = cell.data;
-    if (bytes > kBcastInlineBytes) {
+    const bool by_reference = bcast_by_reference(d.send, bytes);
+    cell.by_reference = by_reference ? 1 : 0;
+    if (by_reference) {
+      const uint64_t addr = reinterpret_cast<uintptr_t>(d.send);
+      std::memcpy(cell.data, &addr, sizeof addr);
+      ++bcast_ref_messages_;
+    } else if (bytes > kBcastInlineBytes) {
       // Consecutive slots, so that the message is contiguous: one that would wrap starts over
       // at slot 0.
       const uint32_t slots = static_cast<uint32_t>((bytes + kBcastCellBytes - 1) / kBcastCellBytes);
@@ -168,7 +207,7 @@ void ShmGroup::broadcast_small(Call& c) {
     cell.count = d.count;
     cell.dtype = static_cast<uint8_t>(d.dtype);
     cell.root = d.root;
-    copy(data, d.send, bytes);
+    if (!by_reference) copy(data, d.send, bytes);
     publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
     // The lines the next broadcast from this root writes, asked for now: their transfer from a
     // receiver's cache overlaps the rest of this call and the next one's entry instead of
@@ -179,7 +218,7 @@ void ShmGroup::broadcast_small(Call& c) {
     if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
       prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
     }
-    if (bytes > kBcastInlineBytes) {
+    if (bytes > kBcastInlineBytes && !by_reference) {
       // Of the next data slot: every line a message of this size writes, up to
       // kBcastPrefetchBytes (2 ranks, 128-512 B, -n 20: 1.4-1.5x; 4 and 8 ranks, 1000-call
       // loops: 1.03-1.25x; docs/performance.md, "Small broadcasts: the next slot's lines"),
@@ -192,13 +231,21 @@ void ShmGroup::broadcast_small(Call& c) {
       for (int64_t off = 0; off < (all ? bytes : 1); off += 64) prefetch_for_write(next_data + off);
     }
     copy(d.recv, d.send, bytes);
+    // The receivers read the message in place: the caller may change it on return.
+    if (by_reference) wait_bcast_done(c, b + 1);
   } else {
     BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(b % kBcastCells));
     wait_at_least(c, d.root, cell.seq, cell.waiters, b + 1);
     verify_bcast_cell(c, cell);
-    const uint8_t* data =
-        bytes <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
-    copy(d.recv, data, bytes);
+    if (cell.by_reference != 0) {
+      uint64_t addr = 0;
+      std::memcpy(&addr, cell.data, sizeof addr);
+      kernel_copy_at(c, d.root, addr, bytes, d.recv, false);
+    } else {
+      const uint8_t* data =
+          bytes <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(d.root, cell.slot);
+      copy(d.recv, data, bytes);
+    }
   }
   bcasts_ = b + 1;
   bcast_digest_ = mix(mix(mix(bcast_digest_, c.index), static_cast<uint64_t>(d.count)),

@@ -193,6 +193,14 @@ void ShmGroup::check_crossed_calls(const Call& c) {
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
     if (c.small_bcast) {
+      // p in another small broadcast at this call, where this rank is the root: one that waits
+      // for its receivers' reads (Note [Small broadcast by reference]) would wait for p until
+      // the deadline. (A receiver compares the root's cell instead.)
+      PublishedCall record{};
+      if (me_ == c.desc.root && read_bcast_record(seg_->control(p).bcast, &record) &&
+          record.index == c.index && !same_call(call_of(c), record)) {
+        throw_mismatch(context_.global_ranks, me_, call_of(c), p, record);
+      }
       // p in a step this rank has not made (step epoch_). Legitimate only for a call after this
       // one, and then p completed this small broadcast before (`done`, published before its
       // step's epoch, which this acquire load saw).

@@ -160,6 +160,9 @@ class ShmGroup final : public Backend {
   // Of them, those this rank was the root of whose message went into data slots (more than
   // kBcastInlineBytes).
   uint32_t small_broadcasts_in_slots() const { return bcast_slot_messages_; }
+  // Of them, those this rank was the root of whose receivers read the message in its own
+  // buffer (Note [Small broadcast by reference]).
+  uint32_t small_broadcasts_by_reference() const { return bcast_ref_messages_; }
   // The data slot after the root's latest message.
   uint32_t small_broadcast_next_slot() const { return bcast_next_slot_; }
   // Where the calling rank's latest step staged: its region's offset from the start of the
@@ -257,6 +260,9 @@ class ShmGroup final : public Backend {
   // Whether every other rank has completed small broadcast `done` - 1, without waiting.
   bool bcast_done_now(uint32_t done);
   void publish_bcast_record(const Call& c);
+  // Whether the root's receivers read `bytes` at `buf` in place (Note [Small broadcast by
+  // reference]): decided by the root alone.
+  bool bcast_by_reference(const void* buf, int64_t bytes);
   // The receivers' check of the root's cell: kInvalidArgument naming both calls.
   void verify_bcast_cell(const Call& c, const BcastCell& cell);
   // Between the futex slices of a wait: a peer that made another call where this rank makes a
@@ -320,6 +326,8 @@ class ShmGroup final : public Backend {
   // errors name the peer (a peer that exited: kPeerLost).
   void kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t bytes, void* mine,
                    bool write);
+  // The same at address `base` of rank p's memory.
+  void kernel_copy_at(Call& c, int p, uint64_t base, int64_t bytes, void* mine, bool write);
   [[noreturn]] void kernel_copy_failed(Call& c, int p, int32_t pid, bool write, int64_t bytes,
                                        int err);
   bool tries_kernel_copy(const Call& c) const;
@@ -367,6 +375,9 @@ class ShmGroup final : public Backend {
   uint32_t bcast_slot_user_[kBcastSlots] = {};
   bool bcast_slot_used_[kBcastSlots] = {};
   uint64_t bcast_digest_ = 0;
+  uint32_t bcast_ref_messages_ = 0;  // small_broadcasts_by_reference()
+  // Whether every rank offers process_vm_readv: 0 not yet known, 1 yes, -1 no.
+  int bcast_ref_group_ = 0;
   std::mutex mu_;              // one call at a time on this backend
   std::exception_ptr broken_;  // the error that left this group unusable
   BackendCapabilities caps_;

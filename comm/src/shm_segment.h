@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 9;         // 9: a middle ring of 264 KiB
+inline constexpr uint32_t kVersion = 10;        // 10: small broadcasts by reference
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -87,6 +87,9 @@ inline constexpr int64_t kBcastCellBytes = 4096;
 // slots its receivers have read while the latest messages are being read.
 inline constexpr int64_t kBcastMaxBytes = kBcastSlots / 4 * kBcastCellBytes;
 inline constexpr int64_t kBcastInlineBytes = 80;
+// The smallest message whose receivers may read it in the root's own buffer where that is on
+// huge pages (Note [Small broadcast by reference], shm_broadcast.cc).
+inline constexpr int64_t kBcastByReferenceBytes = int64_t{128} << 10;
 // A root looks whether its receivers have read every earlier message (and if so starts over at
 // data slot 0) once per this many slots.
 inline constexpr uint32_t kBcastCheckSlots = 8;
@@ -97,7 +100,10 @@ struct alignas(128) BcastCell {
   uint64_t call_index = 0;  // the root's call, which the receivers compare with their own
   uint64_t front_seq = 0;
   int64_t count = 0;
-  uint8_t dtype = 0, slot = 0, pad[2] = {};  // slot: the data slot of a larger message
+  uint8_t dtype = 0, slot = 0;  // slot: the data slot of a larger message
+  // 1: the message stays in the root's own buffer, whose address `data` holds; the receivers
+  // read it with process_vm_readv (Note [Small broadcast by reference], shm_broadcast.cc).
+  uint8_t by_reference = 0, pad = 0;
   int32_t root = 0;
   // A message of up to kBcastInlineBytes: the first line's last 16 bytes and the second line,
   // which only such a message touches.
@@ -141,6 +147,9 @@ struct alignas(64) ControlBlock {
   // The inode of this rank's pid namespace (0: unknown): pids name the same process for two
   // ranks only when theirs are equal (Note [Kernel copy]).
   std::atomic<uint64_t> pid_ns{0};
+  // Whether this rank's process_vm_readv works and its memory may be read that way: 0 not yet
+  // known, 1 yes, 2 no (Note [Small broadcast by reference], shm_broadcast.cc).
+  std::atomic<uint32_t> kernel_copy_able{0};
   CallWords call[2];
   BcastLine bcast;
 };

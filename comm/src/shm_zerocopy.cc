@@ -130,12 +130,17 @@ void ShmGroup::kernel_copy(Call& c, int p, bool recv, int64_t offset, int64_t by
   c.kc_used = true;
   const CallWords& w = call_words(p, c);
   const uint64_t base = (recv ? w.recv_addr : w.send_addr).load(std::memory_order_relaxed);
+  kernel_copy_at(c, p, base + static_cast<uint64_t>(offset), bytes, mine, write);
+}
+
+void ShmGroup::kernel_copy_at(Call& c, int p, uint64_t base, int64_t bytes, void* mine,
+                              bool write) {
   const pid_t pid = seg_->control(p).pid.load(std::memory_order_acquire);
   auto* local_bytes = static_cast<uint8_t*>(mine);
   int64_t done = 0;
   while (done < bytes) {
     iovec local{local_bytes + done, static_cast<size_t>(bytes - done)};
-    iovec remote{reinterpret_cast<void*>(base + static_cast<uint64_t>(offset + done)),
+    iovec remote{reinterpret_cast<void*>(base + static_cast<uint64_t>(done)),
                  static_cast<size_t>(bytes - done)};
     const ssize_t got = write ? process_vm_writev(pid, &local, 1, &remote, 1, 0)
                               : process_vm_readv(pid, &local, 1, &remote, 1, 0);

@@ -21,6 +21,7 @@
 #include "../src/shm_segment.h"
 #include "../src/wait_policy.h"
 #include "braid/comm/store.h"
+#include "braid/core/allocator.h"
 #include "braid/core/error.h"
 #include "comm_test_util.h"
 
@@ -299,6 +300,105 @@ TEST(ShmSmallBroadcast, OffGivesTheSameResults) {
   EXPECT_TRUE(result.ok()) << result.summary();
 }
 
+// Note [Small broadcast by reference]: messages of shm::kBcastByReferenceBytes and more whose
+// root buffer lies on huge pages (braid's cpu allocator, blocks of 4 MiB) are read there by the
+// receivers; smaller ones and buffers on 4 KiB pages take the ring. Every root, in place and
+// out of place; the root scribbles over its buffer as soon as its call returns, so a root that
+// returned before its receivers had read would leave them the scribble. Results exact.
+// (processes, ranks)
+class ShmBroadcastByReference : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(ShmBroadcastByReference, ReceiversReadHugePageBuffersInPlace) {
+  const auto [processes, n] = GetParam();
+  const std::string job = unique_job();
+  const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b =
+        make_backend(me, size, store, job, milliseconds(60000), bcast_limit(shm::kBcastMaxBytes));
+    auto& group = dynamic_cast<shm::ShmGroup&>(*b);
+    const size_t block_bytes = size_t{4} << 20;
+    DataPtr block = get_allocator(kCPU).allocate(block_bytes);
+    auto* huge = static_cast<int32_t*>(block.get());
+    const bool on_huge_pages = cpu_memory_on_huge_pages(huge, block_bytes);
+    std::vector<int32_t> heap(shm::kBcastMaxBytes / 4), other(shm::kBcastMaxBytes / 4);
+    const int64_t at_least = shm::kBcastByReferenceBytes / 4;
+    const int64_t counts[] = {at_least, at_least - 1, shm::kBcastMaxBytes / 4, 40000, 1000};
+    uint32_t by_reference = 0;
+    // A root reads its receivers by reference once it has seen every rank's answer to whether
+    // it offers process_vm_readv, published when it joined: after a first call, every rank has.
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*b, barrier);
+    for (int k = 0; k < 60; ++k) {
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kBroadcast;
+      d.dtype = DType::kI32;
+      d.seq = static_cast<uint64_t>(k + 1);
+      d.root = k % size;
+      d.count = counts[k % 5];
+      const bool in_place = (k / 5) % 2 == 0;
+      const bool on_heap = k % 11 == 10;  // a root buffer of 4 KiB pages: the ring
+      int32_t* send = on_heap ? heap.data() : huge;
+      int32_t* recv = in_place ? send : (on_heap ? other.data() : huge + block_bytes / 8);
+      for (int64_t i = 0; i < d.count; ++i) {
+        send[i] = me == d.root ? value(k, d.root, i) : -7;
+        if (!in_place) recv[i] = -9;
+      }
+      d.send = send;
+      d.recv = recv;
+      run(*b, d);
+      for (int64_t i = 0; i < d.count; ++i) {
+        ASSERT_EQ(recv[i], value(k, d.root, i))
+            << "call " << k << ", root " << d.root << ", count " << d.count << ", element " << i
+            << (in_place ? ", in place" : ", out of place") << (on_heap ? ", heap" : ", block")
+            << ", rank " << me;
+      }
+      if (me == d.root) {
+        std::fill(send, send + d.count, -5);  // the receivers have read it: the call returned
+        if (d.count >= at_least && !on_heap && on_huge_pages && size > 1) ++by_reference;
+      }
+      EXPECT_EQ(group.small_broadcasts_by_reference(), by_reference) << "call " << k;
+    }
+    EXPECT_EQ(group.small_broadcasts(), 60u);
+    if (on_huge_pages && size > 1) EXPECT_GT(by_reference, 0u);
+    run(*b, barrier);
+  };
+  auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmBroadcastByReference,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4)));
+
+// A rank that does not offer its memory to process_vm_readv (its BRAID_SHM_KERNEL_COPY_BYTES
+// is 0) keeps every root on the ring: the same results.
+TEST(ShmBroadcastByReferenceOff, ARankWithoutTheKernelCopyKeepsTheRing) {
+  const std::string job = unique_job();
+  auto result = testing::run_threads(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    ShmOptions o = bcast_limit(shm::kBcastMaxBytes);
+    if (me == 1) o.kernel_copy_bytes = 0;
+    auto b = make_backend(me, size, store, job, milliseconds(60000), o);
+    auto& group = dynamic_cast<shm::ShmGroup&>(*b);
+    DataPtr block = get_allocator(kCPU).allocate(size_t{4} << 20);
+    auto* buf = static_cast<int32_t*>(block.get());
+    for (int k = 0; k < 6; ++k) {
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kBroadcast;
+      d.dtype = DType::kI32;
+      d.root = k % size;
+      d.count = shm::kBcastMaxBytes / 4;
+      for (int64_t i = 0; i < d.count; ++i) buf[i] = me == d.root ? value(k, d.root, i) : -7;
+      d.send = d.recv = buf;
+      run(*b, d);
+      for (int64_t i = 0; i < d.count; ++i) {
+        ASSERT_EQ(buf[i], value(k, d.root, i)) << "call " << k << ", rank " << me;
+      }
+    }
+    EXPECT_EQ(group.small_broadcasts(), 6u);
+    EXPECT_EQ(group.small_broadcasts_by_reference(), 0u);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
 // What each rank's calls threw (nullopt: nothing).
 std::vector<std::optional<Error>> errors_of(int n, milliseconds timeout,
                                             const std::function<void(int, Backend&)>& fn) {
@@ -415,6 +515,43 @@ TEST(ShmSmallBroadcastErrors, RanksThatAllBelieveTheyAreTheRootFailAtTheNextCall
     EXPECT_NE(errors[r]->message().find("small broadcasts"), std::string::npos)
         << errors[r]->message();
   }
+}
+
+// Two ranks that both believe they are the root of a broadcast read by reference wait for each
+// other's reads: each finds the other's small broadcast at the same call in its record and names
+// both calls, long before the deadline.
+TEST(ShmSmallBroadcastErrors, RootsByReferenceThatWaitForEachOtherNameTheMismatch) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string job = unique_job();
+  std::vector<std::optional<Error>> errors(2);
+  auto result = testing::run_threads(2, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b =
+        make_backend(me, size, store, job, milliseconds(20000), bcast_limit(shm::kBcastMaxBytes));
+    DataPtr block = get_allocator(kCPU).allocate(size_t{4} << 20);
+    CollectiveDesc d;
+    d.kind = CollectiveKind::kBroadcast;
+    d.send = d.recv = block.get();
+    d.count = shm::kBcastMaxBytes / 4;
+    d.root = me;
+    CollectiveDesc barrier;  // every rank has joined: the roots read by reference
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*b, barrier);
+    try {
+      run(*b, d);
+      run(*b, barrier);
+    } catch (const Error& e) {
+      errors[me] = e;
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+  }
+  const std::string msg = errors[0]->message();
+  EXPECT_NE(msg.find("broadcast f32 x 65536 root 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("broadcast f32 x 65536 root 1"), std::string::npos) << msg;
 }
 
 }  // namespace
