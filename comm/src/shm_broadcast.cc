@@ -49,7 +49,7 @@
 // memory may be read; every pid in one namespace), so nothing else is agreed per call. The
 // kernel pins each page it reads: a huge page costs next to nothing per 4 KiB, a 4 KiB page
 // about as much as its copy (Note [Kernel copy], shm_zerocopy.cc), so other buffers keep the
-// ring. With 3, 4 and 8 ranks on 2 vCPUs, 256 KiB on huge pages went 1.2-2.0x faster this way,
+// ring. With 3, 4 and 8 ranks on 2 vCPUs, 256 KiB on huge pages went 1.2-2.2x faster this way,
 // 128 KiB level to 2.2x, 64 KiB slower (docs/performance.md, "Small broadcasts by reference").
 #include <cstring>
 
