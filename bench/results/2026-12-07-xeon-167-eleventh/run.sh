@@ -8,9 +8,10 @@
 #   n20/            as the earlier sessions: -n 20 at every size;
 #   pages4k/        as small<K>, with BRAID_CPU_HUGEPAGES=0: every bench buffer on 4 KiB pages,
 #                   as a training job's tensors below 4 MiB are.
-# Usage: run.sh [build dir (build)]
+# Usage: run.sh [build dir (build)] [output folder (this one)]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+res=${2:-$here}
 build=${1:-build}
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 ops=(--op all_reduce --op all_gather --op reduce_scatter --op broadcast)
@@ -40,7 +41,7 @@ tables() {  # out dir, extra mpirun arguments..., --, extra bench arguments...
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u)" >>"$out/machine.txt"
   python3 "$here/../2026-12-07-xeon-167/ratios.py" "$out" >"$out/ratios.txt"
 }
-for k in 1 2 3; do tables "$here/small$k" -- --iters-small 1000; done
-tables "$here/n20" --
-tables "$here/pages4k" -x BRAID_CPU_HUGEPAGES=0 -- --iters-small 1000
-python3 "$here/medians.py" "$here"/small1 "$here"/small2 "$here"/small3 >"$here/medians.txt"
+for k in 1 2 3; do tables "$res/small$k" -- --iters-small 1000; done
+tables "$res/n20" --
+tables "$res/pages4k" -x BRAID_CPU_HUGEPAGES=0 -- --iters-small 1000
+python3 "$here/medians.py" "$res"/small1 "$res"/small2 "$res"/small3 >"$res/medians.txt"
