@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "braid/comm/backend.h"
+#include "overlap.h"
 
 namespace braid {
 
@@ -109,12 +110,6 @@ std::mutex& mpi_mutex();
 // A contiguous type of `bytes` MPI_BYTEs (1, 2, 4 or 8): the element type of the collectives
 // that only move data.
 MPI_Datatype bytes_type(size_t bytes);
-// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
-inline bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  if (!a || !b || a_bytes == 0 || b_bytes == 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
 // The largest user tag send / recv accept (tags carry the dtype in their low 4 bits).
 int64_t max_user_tag();
 

@@ -9,6 +9,7 @@
 #include "braid/core/error.h"
 #include "braid/core/float_types.h"
 #include "nccl_backend.h"
+#include "overlap.h"
 
 namespace braid::nccl {
 
@@ -52,12 +53,6 @@ bool nccl_dtype(DType dtype, int version, ncclDataType_t* out) {
 }
 
 namespace {
-
-bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  if (!a || !b || a_bytes == 0 || b_bytes == 0) return false;
-  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
-  return pa < pb + b_bytes && pb < pa + a_bytes;
-}
 
 // One point-to-point transfer of a grouped collective.
 struct Transfer {

@@ -42,9 +42,10 @@ struct ShmOptions {
   // directly with process_vm_readv instead of staging them (BRAID_SHM_KERNEL_COPY_BYTES; 0:
   // never; docs/shm.md, "Kernel copy").
   uint64_t kernel_copy_bytes = uint64_t{32} << 10;
-  // all_gather and gather's own threshold where every rank has a CPU of its own and it is the
-  // lower one (BRAID_SHM_KERNEL_COPY_GATHER_BYTES; 0: kernel_copy_bytes). There one copy
-  // fewer pays from 8 KiB a rank: 2 ranks, 16 KiB in all, 1.7-1.8 us against 2.5-2.8 staged.
+  // all_gather, gather and all_to_all's own threshold (all_to_all: bytes a block) where every
+  // rank has a CPU of its own and it is the lower one (BRAID_SHM_KERNEL_COPY_GATHER_BYTES; 0:
+  // kernel_copy_bytes). There one copy fewer pays from 8 KiB a rank: 2 ranks, 16 KiB in all,
+  // 1.7-1.8 us against 2.5-2.8 staged (all_to_all, 8 KiB a block: 1.47x).
   uint64_t kernel_copy_gather_bytes = uint64_t{8} << 10;
   // Largest broadcast (bytes) that takes the small-broadcast path (BRAID_SHM_BCAST_BYTES; at
   // most shm::kBcastMaxBytes, 256 KiB; 0: never): the root writes its ring and returns, the

@@ -1,9 +1,11 @@
 // Personalized exchange through the areas (Note [Step protocol]): all_to_all, all_to_all_v and
 // scatter. Each area is split into n sub-areas; at step k rank s stages chunk k of its block
 // for rank d in sub-area d of its area, and rank d copies sub-area d of every area into its
-// block from s.
+// block from s. A rank's block for itself goes straight from its send buffer to its result.
 // all_to_all_v first runs one step that shares every rank's send counts, so all ranks agree on
 // the number of steps and each receiver checks its recv counts against its senders'.
+// all_to_all may instead read the senders' buffers in place (Note [Zero-copy decision], Note
+// [Kernel copy]; zero_copy_first in shm_zerocopy.cc): one copy where staging makes two.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -54,6 +56,14 @@ Blocks blocks_for(const CollectiveDesc& d, int me, int n) {
 }  // namespace
 
 void ShmGroup::exchange(Call& c) {
+  if (c.desc.kind == CollectiveKind::kAllToAll) {
+    with_zero_copy(c, [&] { exchange_slots(c); });
+  } else {
+    exchange_slots(c);
+  }
+}
+
+void ShmGroup::exchange_slots(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
   const uint64_t sub = sub_slot_bytes();
@@ -92,6 +102,9 @@ void ShmGroup::exchange(Call& c) {
         });
   }
   const int64_t steps = steps_for(longest, chunk);
+  // A large result is written with streaming stores, as all_gather's (docs/shm.md).
+  const bool stream = d.kind == CollectiveKind::kAllToAll &&
+                      n_ * d.count * es >= static_cast<int64_t>(seg_->header().nontemporal_bytes);
   for (int64_t k = 0; k < steps; ++k) {
     const int64_t off = k * chunk;
     auto part = [&](int64_t count) { return std::clamp<int64_t>(count - off, 0, chunk); };
@@ -100,21 +113,24 @@ void ShmGroup::exchange(Call& c) {
         [&] {
           for (int p = 0; p < n_; ++p) {
             const int64_t bytes = part(b.send_count[p]) * es;
-            if (bytes > 0) {
-              std::memcpy(area(me_) + p * sub,
-                          static_cast<const uint8_t*>(send) + (b.send_off[p] + off) * es, bytes);
-            }
+            if (p == me_ || bytes == 0) continue;  // my own block: from the send buffer below
+            copy_out(area(me_) + p * sub,
+                     static_cast<const uint8_t*>(send) + (b.send_off[p] + off) * es, bytes, false);
           }
         },
         [&] {
           for (int p = 0; p < n_; ++p) {
             const int64_t bytes = part(b.recv_count[p]) * es;
-            if (bytes > 0) {
-              std::memcpy(static_cast<uint8_t*>(d.recv) + (b.recv_off[p] + off) * es,
-                          area(p) + me_ * sub, bytes);
-            }
+            if (bytes == 0) continue;
+            const uint8_t* src =
+                p == me_ ? static_cast<const uint8_t*>(send) + (b.send_off[me_] + off) * es
+                         : area(p) + me_ * sub;
+            // In place, my block for myself is already where it belongs (copy_out skips it).
+            copy_out(static_cast<uint8_t*>(d.recv) + (b.recv_off[p] + off) * es, src, bytes,
+                     stream);
           }
         });
+    if (c.stop()) return;
   }
 }
 

@@ -276,6 +276,7 @@ class ShmGroup final : public Backend {
   void all_gather_slots(Call& c);
   void reduce_scatter_slots(Call& c);
   void exchange(Call& c);  // all_to_all, all_to_all_v, scatter
+  void exchange_slots(Call& c);
   void barrier(Call& c);
   // bytes of a sub-slot (the largest area split into n parts, 8-byte aligned)
   uint64_t sub_slot_bytes() const;

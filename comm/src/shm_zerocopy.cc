@@ -22,6 +22,7 @@
 
 #include "braid/core/allocator.h"
 #include "fold.h"
+#include "overlap.h"
 #include "shm_group.h"
 
 namespace braid::shm {
@@ -30,7 +31,7 @@ namespace braid::shm {
 // A buffer outside the arenas can still be read in place: process_vm_readv copies straight
 // from a peer process's memory into this one's, one copy where staging makes two (the owner
 // writes a chunk into its area, the reader copies it out). So for messages of at least the
-// group's kernel_copy_bytes (rank 0's header; all_gather and gather from its
+// group's kernel_copy_bytes (rank 0's header; all_gather, gather and all_to_all from its
 // kernel_copy_gather_bytes where that is lower, which rank 0 sets only where every rank has a
 // CPU of its own: docs/shm.md) every rank that can (kernel_copy_works(), once per
 // group) also publishes its buffers' addresses with its call and stages nothing in the first
@@ -205,12 +206,18 @@ bool ShmGroup::tries_kernel_copy(const Call& c) const {
   if (threshold == 0 || kernel_copy_off_) return false;
   const CollectiveKind k = c.desc.kind;
   const uint64_t bytes = static_cast<uint64_t>(c.desc.count) * dtype_size(c.desc.dtype);
-  const bool gathers = k == CollectiveKind::kAllGather || k == CollectiveKind::kGather;
+  // all_to_all reads each block once, as gather does: the same threshold.
+  const bool gathers = k == CollectiveKind::kAllGather || k == CollectiveKind::kGather ||
+                       k == CollectiveKind::kAllToAll;
   if (gathers && h.kernel_copy_gather_bytes != 0) {
     threshold = std::min(threshold, h.kernel_copy_gather_bytes);
   }
   const uint64_t result = gathers ? bytes * static_cast<uint64_t>(n_) : bytes;
-  if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit) return false;
+  // Not all_to_all's: the limit is for results whose every block n-1 readers read from memory
+  // (Note [Kernel copy]), where all_to_all reads each once (8 ranks on 2 vCPUs, 4 MiB: 1.6x).
+  if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit && k != CollectiveKind::kAllToAll) {
+    return false;
+  }
   return bytes >= (k == CollectiveKind::kAllReduce ? std::max(threshold, kKernelCopyAllReduceBytes)
                                                    : threshold);
 }
@@ -226,12 +233,20 @@ void ShmGroup::zero_copy_candidate(Call& c) {
   const bool arena = h.arena_bytes != 0 && bytes >= static_cast<int64_t>(h.zerocopy_bytes);
   c.kc_tried = tries_kernel_copy(c);
   if (d.count <= 0 || (!arena && !c.kc_tried)) return;
-  const int64_t send_bytes = d.kind == CollectiveKind::kReduceScatter ? n_ * bytes : bytes;
-  if (arena) {
+  const bool blocks =
+      d.kind == CollectiveKind::kReduceScatter || d.kind == CollectiveKind::kAllToAll;
+  const int64_t send_bytes = blocks ? n_ * bytes : bytes;
+  // An all_to_all in place rewrites the blocks its peers read: it stages, and declines for
+  // this call only (peers that offered start the slot path again).
+  const bool overwrites_peers_reads =
+      d.kind == CollectiveKind::kAllToAll &&
+      overlaps(d.send, static_cast<size_t>(send_bytes), d.recv, static_cast<size_t>(n_ * bytes));
+  if (arena && !overwrites_peers_reads) {
     c.send_off = arena_offset(d.send, send_bytes);
     if (d.kind == CollectiveKind::kAllReduce) c.recv_off = arena_offset(d.recv, bytes);
   }
-  c.kc_mine = c.kc_tried && kernel_copy_able_;
+  c.kc_mine = c.kc_tried && kernel_copy_able_ && !overwrites_peers_reads;
+  c.kc_declined = c.kc_tried && kernel_copy_able_ && overwrites_peers_reads;
   // Where peers would read this rank's buffers page by page through the kernel, each 4 KiB
   // page costs a pin: large reductions on such buffers stage instead (Note [Kernel copy]).
   if (c.kc_mine && bytes >= static_cast<int64_t>(kKernelCopyPagedBytes) &&
@@ -243,9 +258,9 @@ void ShmGroup::zero_copy_candidate(Call& c) {
     c.kc_mine = huge;
   }
   c.zc_candidate = true;
-  const bool root_only = d.kind == CollectiveKind::kBroadcast;
   const bool mine_in_arena =
       c.send_off >= 0 && (d.kind != CollectiveKind::kAllReduce || c.recv_off >= 0);
+  const bool root_only = d.kind == CollectiveKind::kBroadcast;
   c.zc_mine = (!root_only || me_ == d.root) && (mine_in_arena || c.kc_mine);
 }
 
@@ -367,6 +382,15 @@ void ShmGroup::zero_copy_first(Call& c) {
       if (d.kind == CollectiveKind::kGather && me_ != d.root) break;
       for (int p = 0; p < n_; ++p) {
         read_peer(c, p, false, 0, bytes, static_cast<uint8_t*>(d.recv) + p * bytes);
+      }
+      break;
+    case CollectiveKind::kAllToAll:
+      // Block `me` of every rank's send buffer into block p of mine (out of place only:
+      // zero_copy_candidate), starting with the next rank so that the ranks spread their reads.
+      for (int i = 1; i <= n_; ++i) {
+        const int p = (me_ + i) % n_;
+        read_peer(c, p, false, int64_t{me_} * bytes, bytes,
+                  static_cast<uint8_t*>(d.recv) + p * bytes);
       }
       break;
     default:

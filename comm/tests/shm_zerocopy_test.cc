@@ -89,6 +89,13 @@ struct Case {
   bool in_place;
 };
 
+// An all_to_all in place rewrites the blocks its peers would read: it always stages; so does
+// scatter (not measured on the zero-copy paths).
+bool stages_always(const Case& cs) {
+  return (cs.kind == CollectiveKind::kAllToAll && cs.in_place) ||
+         cs.kind == CollectiveKind::kScatter;
+}
+
 enum class Placement { kOrdinary, kShared, kMixed };  // kMixed: the root rank (n-1) ordinary
 
 constexpr int64_t kBig = (int64_t{1} << 20) / 4 + 3;  // 1 MiB of f32 + 3 elements
@@ -99,7 +106,8 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const CollectiveKind kinds[] = {CollectiveKind::kAllReduce, CollectiveKind::kReduce,
                                   CollectiveKind::kBroadcast, CollectiveKind::kAllGather,
-                                  CollectiveKind::kGather,    CollectiveKind::kReduceScatter};
+                                  CollectiveKind::kGather,    CollectiveKind::kReduceScatter,
+                                  CollectiveKind::kAllToAll,  CollectiveKind::kScatter};
   for (CollectiveKind kind : kinds) {
     for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{4099}, kBig}) {
       for (bool in_place : {false, true}) {
@@ -168,9 +176,13 @@ Bytes run_case(int me, int n, Backend& b, const Case& cs, Placement placement, u
   const bool shared =
       placement == Placement::kShared || (placement == Placement::kMixed && me != n - 1);
   const int64_t es = static_cast<int64_t>(dtype_size(cs.dtype));
-  const bool recv_blocks =
-      cs.kind == CollectiveKind::kAllGather || cs.kind == CollectiveKind::kGather;
-  const int64_t send_elems = cs.kind == CollectiveKind::kReduceScatter ? n * cs.count : cs.count;
+  const bool recv_blocks = cs.kind == CollectiveKind::kAllGather ||
+                           cs.kind == CollectiveKind::kGather ||
+                           cs.kind == CollectiveKind::kAllToAll;
+  const bool send_blocks = cs.kind == CollectiveKind::kReduceScatter ||
+                           cs.kind == CollectiveKind::kAllToAll ||
+                           cs.kind == CollectiveKind::kScatter;
+  const int64_t send_elems = send_blocks ? n * cs.count : cs.count;
   const int64_t recv_elems = recv_blocks ? n * cs.count : cs.count;
   const uint32_t seed = static_cast<uint32_t>(seq * 131 + me);
   Buffer a(b,
@@ -189,8 +201,14 @@ Bytes run_case(int me, int n, Backend& b, const Case& cs, Placement placement, u
     fill(a.data, cs.dtype, std::max(send_elems, recv_elems), seed);
     d.recv = a.data;
     d.send = a.data;
-    if (recv_blocks) d.send = a.data + me * cs.count * es;
-    if (cs.kind == CollectiveKind::kReduceScatter) d.recv = a.data + me * cs.count * es;
+    // In place: all_gather sends its block of the result, reduce_scatter and the scatter root
+    // receive their block of the send buffer, all_to_all sends and receives in one buffer.
+    const bool gathers =
+        cs.kind == CollectiveKind::kAllGather || cs.kind == CollectiveKind::kGather;
+    if (gathers) d.send = a.data + me * cs.count * es;
+    if (cs.kind == CollectiveKind::kReduceScatter || cs.kind == CollectiveKind::kScatter) {
+      d.recv = a.data + me * cs.count * es;
+    }
   } else {
     fill(a.data, cs.dtype, send_elems, seed);
     r.emplace(b, static_cast<size_t>(recv_elems * es), shared);
@@ -230,11 +248,12 @@ void check_grid(int me, int n, Backend& b) {
     const std::string what = case_name(cs, n) + ", rank " + std::to_string(me);
     EXPECT_TRUE(ordinary == shared) << what << ": shared buffers changed the bits";
     EXPECT_TRUE(ordinary == mixed) << what << ": mixed buffers changed the bits";
+    const bool expect_shared = cs.count > 0 && !stages_always(cs);
     EXPECT_FALSE(zc_ordinary) << what;
-    EXPECT_EQ(zc_shared, cs.count > 0) << what;
+    EXPECT_EQ(zc_shared, expect_shared) << what;
     EXPECT_FALSE(zc_mixed) << what;  // the root's buffers are ordinary
-    failed = ordinary != shared || ordinary != mixed || zc_ordinary ||
-             zc_shared != (cs.count > 0) || zc_mixed;
+    failed = ordinary != shared || ordinary != mixed || zc_ordinary || zc_shared != expect_shared ||
+             zc_mixed;
   }
 }
 
@@ -307,6 +326,43 @@ std::string all_gather_pattern(Backend& b, int me, int size, int64_t count, int3
   return "";
 }
 
+// An all_to_all of `count` int32 a block on ordinary (heap) buffers, rank r sending
+// (i * mul + r) * 64 + p at i of its block for rank p; in place when `in_place`. Returns "" when
+// every block arrived exactly (every `stride`-th element checked), else what went wrong.
+std::string all_to_all_pattern(Backend& b, int me, int size, int64_t count, int32_t mul,
+                               bool in_place, int64_t stride = 1) {
+  std::vector<int32_t> in(size * count), out(size * count, -1);
+  for (int p = 0; p < size; ++p) {
+    for (int64_t i = 0; i < count; ++i) {
+      in[p * count + i] = static_cast<int32_t>((i * mul + me) * 64 + p);
+    }
+  }
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kAllToAll;
+  d.dtype = DType::kI32;
+  d.count = count;
+  d.send = in.data();
+  d.recv = in_place ? in.data() : out.data();
+  if (const std::exception_ptr error = b.run(d)->error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return std::string("the all_to_all failed: ") + e.what();
+    }
+  }
+  const std::vector<int32_t>& got = in_place ? in : out;
+  for (int p = 0; p < size; ++p) {
+    for (int64_t i = 0; i < count; i += stride) {
+      const auto want = static_cast<int32_t>((i * mul + p) * 64 + me);
+      if (got[p * count + i] != want) {
+        return "block " + std::to_string(p) + " element " + std::to_string(i) + " is " +
+               std::to_string(got[p * count + i]) + ", expected " + std::to_string(want);
+      }
+    }
+  }
+  return "";
+}
+
 // Whether the call tries the kernel copy with kernel_copy_options(): every non-empty call, but
 // all_reduce only from 2 MiB.
 bool tries_kernel_copy(const Case& cs) {
@@ -317,14 +373,14 @@ bool tries_kernel_copy(const Case& cs) {
 // Whether the call reads in place with kernel_copy_options(): when it tries the kernel copy, and
 // otherwise (small all_reduce) only when every buffer lies in an arena.
 bool expect_zero_copy(const Case& cs, Placement placement) {
-  if (cs.count == 0) return false;
+  if (cs.count == 0 || stages_always(cs)) return false;
   return tries_kernel_copy(cs) || placement == Placement::kShared;
 }
 
 // Whether rank `me` must have copied through the kernel: it reads a peer's buffer that lies
 // outside that peer's arena, or (in-place broadcast root) writes its share into the peers.
 bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
-  if (n == 1 || !tries_kernel_copy(cs)) return false;
+  if (n == 1 || !tries_kernel_copy(cs) || stages_always(cs)) return false;
   const int root = n - 1;
   auto outside = [&](int p) {
     return placement == Placement::kOrdinary || (placement == Placement::kMixed && p == n - 1);
@@ -335,6 +391,7 @@ bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
     case CollectiveKind::kAllReduce:
     case CollectiveKind::kAllGather:
     case CollectiveKind::kReduceScatter:
+    case CollectiveKind::kAllToAll:
       return any_peer_outside;
     case CollectiveKind::kReduce:
     case CollectiveKind::kGather:
@@ -529,6 +586,52 @@ TEST(ShmKernelCopy, RanksCrowdingTheCpusStageFromTheLowerLimit) {
       const uint64_t before = kernel_copy_calls(*b);
       EXPECT_EQ(all_gather_pattern(*b, me, size, count, 5, 991), "") << block;
       EXPECT_EQ(kernel_copy_calls(*b) - before, kernel ? 1u : 0u) << block << " bytes a rank";
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// all_to_all reads each block once (all_gather: n-1 times), so crowded groups read it through
+// the kernel above kKernelCopyLimitCrowded too; below kKernelCopyBytesCrowded a block it stages.
+// All exact.
+TEST(ShmKernelCopy, CrowdedAllToAllReadsLargeResultsThroughTheKernel) {
+  const int n = 2 * usable_cpus() + 1;
+  if (n > 8) GTEST_SKIP() << "needs at most 3 usable CPUs (has " << usable_cpus() << ")";
+  const std::string job = unique_job("ka");
+  const uint64_t limit = shm::kKernelCopyLimitCrowded, floor = shm::kKernelCopyBytesCrowded;
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, ShmOptions{});
+    const std::pair<uint64_t, bool> cases[] = {
+        {floor - 4096, false},  // bytes a block: below the floor
+        {floor, true},
+        {limit / uint64_t(size) + 1024, true},  // the result above the limit
+    };
+    for (const auto& [block, kernel] : cases) {
+      const int64_t count = static_cast<int64_t>(block / 4);
+      const uint64_t before = kernel_copy_calls(*b);
+      EXPECT_EQ(all_to_all_pattern(*b, me, size, count, 5, false, 991), "") << block;
+      EXPECT_EQ(kernel_copy_calls(*b) - before, kernel ? 1u : 0u) << block << " bytes a block";
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// An all_to_all in place on some ranks stages on every rank (their blocks would be rewritten
+// while peers read them); the next call out of place everywhere reads through the kernel again.
+// Processes, so that process_vm_readv crosses address spaces.
+TEST(ShmKernelCopy, AllToAllInPlaceOnOneRankStagesForThatCall) {
+  const std::string job = unique_job("ki");
+  auto result = testing::run_processes(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, kernel_copy_options());
+    const int64_t count = (int64_t{64} << 10) / 4 + 3;
+    for (int call = 0; call < 4; ++call) {
+      // Call 0: all out of place; 1: rank 1 in place; 2: all in place; 3: out of place again.
+      const bool in_place = call == 2 || (call == 1 && me == 1);
+      const uint64_t before = kernel_copy_calls(*b), zc_before = zero_copy_calls(*b);
+      EXPECT_EQ(all_to_all_pattern(*b, me, size, count, 3 + call, in_place), "") << "call " << call;
+      const bool kernel = call == 0 || call == 3;
+      EXPECT_EQ(kernel_copy_calls(*b) - before, kernel ? 1u : 0u) << "call " << call;
+      EXPECT_EQ(zero_copy_calls(*b) - zc_before, kernel ? 1u : 0u) << "call " << call;
     }
   });
   EXPECT_TRUE(result.ok()) << result.summary();
