@@ -347,8 +347,15 @@ void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
     }
     spin_ns_ = std::max<int64_t>(spin_ns_ / 2, kMinSpin.count());
   }
-  // The peer is late: maybe it waits for a core this rank holds. Yielding hands the core over
-  // when something else is runnable on it and returns at once when not (then it is a spin).
+  // The peer is late: say whom this rank waits for, until it returns or throws (a peer whose
+  // own wait for this rank times out names the chain; fail_wait).
+  struct Published {
+    std::atomic<int32_t>& word;
+    ~Published() { word.store(0, std::memory_order_relaxed); }
+  } published{seg_->control(me_).waits_for};
+  published.word.store(peer + 1, std::memory_order_relaxed);
+  // Maybe it waits for a core this rank holds. Yielding hands the core over when something
+  // else is runnable on it and returns at once when not (then it is a spin).
   for (auto now = start; now - start < kYieldTime; now = std::chrono::steady_clock::now()) {
     if (reached(word.load(std::memory_order_acquire))) return;
     sched_yield();
@@ -431,10 +438,37 @@ void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
     }
     if (missing.empty()) missing = missing_hint;
   }
-  detail::throw_error(
-      kind,
-      detail::concat("shm: ", describe_call(c), ": ", why, "; waiting for ", ranks_text(missing)),
-      std::source_location::current());
+  detail::throw_error(kind,
+                      detail::concat("shm: ", describe_call(c), ": ", why, "; waiting for ",
+                                     ranks_text(missing), waits_of(missing)),
+                      std::source_location::current());
+}
+
+// What the missing ranks themselves wait for, as they published it (ControlBlock::waits_for):
+// a rank stopped or stuck elsewhere keeps a chain of live ranks waiting, and only the first
+// link is missing from the waiter's own view (the kill soak: rank 3 in a recv from a stopped
+// rank 2, ranks 0 and 1 in a broadcast that rank 3 has not reached). Read racily: a rank may
+// move on meanwhile, and the text is only a diagnosis.
+std::string ShmGroup::waits_of(const std::vector<int>& missing) const {
+  auto name = [&](int p) {
+    return "group rank " + std::to_string(p) + " (world rank " +
+           std::to_string(context_.global_ranks[p]) + ")";
+  };
+  std::string out;
+  for (const int first : missing) {
+    std::vector<bool> seen(static_cast<size_t>(n_), false);
+    seen[static_cast<size_t>(me_)] = seen[static_cast<size_t>(first)] = true;
+    std::string chain;
+    for (int p = first;;) {
+      const int32_t q = seg_->control(p).waits_for.load(std::memory_order_relaxed) - 1;
+      if (q < 0 || q >= n_ || seen[static_cast<size_t>(q)]) break;
+      chain += (chain.empty() ? "; " + name(p) + " waits for " : ", which waits for ") + name(q);
+      seen[static_cast<size_t>(q)] = true;
+      p = q;
+    }
+    out += chain;
+  }
+  return out;
 }
 
 std::string ShmGroup::describe_call(const Call& c) const {

@@ -186,6 +186,9 @@ class ShmGroup final : public Backend {
   [[noreturn]] void fail_wait(Call& c, ErrorKind kind, const std::string& why,
                               const std::vector<int>& missing);
   std::string describe_call(const Call& c) const;
+  // "; group rank p (world rank P) waits for group rank q (world rank Q)[, which waits for ...]"
+  // for each missing rank that published a wait (ControlBlock::waits_for), else "".
+  std::string waits_of(const std::vector<int>& missing) const;
   std::string ranks_text(const std::vector<int>& ranks) const;
 
   // ---- Note [Step protocol] ----

@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 10;        // 10: small broadcasts by reference
+inline constexpr uint32_t kVersion = 11;        // 11: the peer a waiting rank waits for
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -150,6 +150,10 @@ struct alignas(64) ControlBlock {
   // Whether this rank's process_vm_readv works and its memory may be read that way: 0 not yet
   // known, 1 yes, 2 no (Note [Small broadcast by reference], shm_broadcast.cc).
   std::atomic<uint32_t> kernel_copy_able{0};
+  // 1 + the group rank this rank waits for while a wait of its outlasts its spin (a p2p peer, a
+  // small broadcast's root, a step's first missing rank), 0 otherwise: a peer that times out
+  // waiting for this rank names it too (ShmGroup::fail_wait).
+  std::atomic<int32_t> waits_for{0};
   CallWords call[2];
   BcastLine bcast;
 };

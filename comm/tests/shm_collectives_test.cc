@@ -611,6 +611,39 @@ TEST(ShmErrors, ARecvThatSeesAnotherRankLeaveStillNamesThePeerItWaitsFor) {
   EXPECT_FALSE(errors[2].has_value());
 }
 
+// Regression (kill soak, docs/faults.md): rank 1 waits in a recv from rank 2, which has gone on
+// to the all_reduce instead; rank 0, in the all_reduce, waits for rank 1 alone. Its timeout
+// must also say whom rank 1 waits for, the rank the fault is with (in the soak, a stopped one).
+TEST(ShmErrors, ATimeoutNamesWhomTheMissingRankWaitsFor) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& backend) {
+    std::vector<float> buf(8, 1.f);
+    CollectiveDesc d;
+    d.send = d.recv = buf.data();
+    d.count = 8;
+    if (me == 0) d.timeout = milliseconds(1000);
+    if (me == 1) {
+      d.kind = CollectiveKind::kRecv;
+      d.peer = 2;
+    }
+    backend.run(d)->wait();
+  });
+  ASSERT_TRUE(errors[0].has_value());
+  EXPECT_EQ(errors[0]->kind(), ErrorKind::kTimeout) << errors[0]->what();
+  const std::string msg = errors[0]->message();
+  EXPECT_NE(msg.find("waiting for group ranks [1] (world ranks [11]); group rank 1 (world rank "
+                     "11) waits for group rank 2 (world rank 12)"),
+            std::string::npos)
+      << msg;
+  // The others see rank 0 leave; rank 2, in the all_reduce, waits for rank 1, whose wait for
+  // rank 2 ends the chain there.
+  ASSERT_TRUE(errors[2].has_value());
+  EXPECT_EQ(errors[2]->kind(), ErrorKind::kPeerLost) << errors[2]->what();
+  EXPECT_NE(errors[2]->message().find("waiting for group ranks [1] (world ranks [11])"),
+            std::string::npos)
+      << errors[2]->message();
+  EXPECT_EQ(errors[2]->message().find("waits for"), std::string::npos) << errors[2]->message();
+}
+
 TEST(ShmErrors, RecvWithAnotherTagIsInvalidArgument) {
   auto errors = errors_of(2, milliseconds(5000), [](int me, Backend& backend) {
     int32_t v = 7;

@@ -205,8 +205,10 @@ check_trial() {
   grep -q "wrong result" "$out" && fail "a rank reported a wrong result"
   # K is named either as the cause ("the process of group rank K (pid P) has exited": K died
   # after it had arrived at the step this rank waits for, so the missing list names the rank
-  # still waiting for K) or in the missing-rank list.
-  local names_k="(the process of group rank $k \(pid [0-9]+\) has exited|waiting for group ranks \[([0-9]+, )*$k(, [0-9]+)*\])"
+  # still waiting for K), in the missing-rank list, or as whom a missing rank waits for ("group
+  # rank R (world rank W) waits for group rank K": R is stuck in a call K has left, such as a
+  # recv from K while K went on to the next collective and was stopped there).
+  local names_k="(the process of group rank $k \(pid [0-9]+\) has exited|waiting for group ranks \[([0-9]+, )*$k(, [0-9]+)*\]|waits for group rank $k \()"
   # mpirun sends SIGCONT before SIGTERM when it aborts a job: a stopped K then runs again (and
   # reports an error of its own) and may arrive where a slower survivor waits, which then
   # names the ranks that left instead. There only the survivor that timed out must name K.
