@@ -15,9 +15,17 @@
 namespace braid::bench {
 
 // The collectives braid bench measures, in the order `--op all` runs them.
-enum class Op : uint8_t { kAllReduce, kAllGather, kReduceScatter, kBroadcast, kReduce, kAllToAll };
-inline constexpr Op kAllOps[] = {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter,
-                                 Op::kBroadcast, Op::kReduce,    Op::kAllToAll};
+enum class Op : uint8_t {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kScatter
+};
+inline constexpr Op kAllOps[] = {Op::kAllReduce, Op::kAllGather, Op::kReduceScatter, Op::kBroadcast,
+                                 Op::kReduce,    Op::kAllToAll,  Op::kScatter};
 
 std::string_view op_name(Op op);                // "all_reduce", ...
 bool op_reduces(Op op);                         // all_reduce, reduce_scatter, reduce

@@ -25,6 +25,8 @@ CollectiveKind kind_of(Op op) {
       return CollectiveKind::kReduce;
     case Op::kAllToAll:
       return CollectiveKind::kAllToAll;
+    case Op::kScatter:
+      return CollectiveKind::kScatter;
   }
   return CollectiveKind::kAllReduce;
 }

@@ -109,6 +109,8 @@ T expected_at(const CheckCall& c, int64_t i, int64_t count) {
       return from_double<T>(stored_input<T>(c, int(i / count), i % count));
     case Op::kAllToAll:
       return from_double<T>(stored_input<T>(c, int(i / count), c.rank * count + i % count));
+    case Op::kScatter:
+      return from_double<T>(stored_input<T>(c, c.root, c.rank * count + i));
   }
   return T{};
 }
@@ -158,7 +160,8 @@ int64_t result_elements(Op op, int64_t count, int nranks) {
 }
 
 int64_t input_elements(Op op, int64_t count, int nranks) {
-  return (op == Op::kReduceScatter || op == Op::kAllToAll) ? count * nranks : count;
+  return (op == Op::kReduceScatter || op == Op::kAllToAll || op == Op::kScatter) ? count * nranks
+                                                                                 : count;
 }
 
 void fill_inputs(const CheckCall& c, const CallBuffers& b) {

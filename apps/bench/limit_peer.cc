@@ -124,7 +124,7 @@ class LimitCollectives final : public Collectives {
   int size() const override { return size_; }
 
   std::string unsupported(Op op, DType dtype, ReduceOp redop) const override {
-    if (op == Op::kReduce || op == Op::kAllToAll) {
+    if (op == Op::kReduce || op == Op::kAllToAll || op == Op::kScatter) {
       return "the limit program implements all_reduce, all_gather, reduce_scatter and broadcast";
     }
     if (op_reduces(op) && (dtype != DType::kF32 || redop != ReduceOp::kSum)) {

@@ -48,6 +48,8 @@ std::string_view op_name(Op op) {
       return "reduce";
     case Op::kAllToAll:
       return "all_to_all";
+    case Op::kScatter:
+      return "scatter";
   }
   return "?";
 }
@@ -56,7 +58,7 @@ bool op_reduces(Op op) {
   return op == Op::kAllReduce || op == Op::kReduceScatter || op == Op::kReduce;
 }
 bool op_rooted(Op op) {
-  return op == Op::kBroadcast || op == Op::kReduce;
+  return op == Op::kBroadcast || op == Op::kReduce || op == Op::kScatter;
 }
 
 // nccl-tests (src/*.cu, getBw): the bytes each rank's link must carry, relative to algbw.
@@ -68,6 +70,7 @@ double bus_factor(Op op, int nranks) {
     case Op::kAllGather:
     case Op::kReduceScatter:
     case Op::kAllToAll:
+    case Op::kScatter:
       return (n - 1) / n;
     case Op::kBroadcast:
     case Op::kReduce:
@@ -86,8 +89,8 @@ std::vector<Op> parse_ops(std::string_view s) {
     if (name == want) return {op};
   }
   BRAID_FAIL(kInvalidArgument, "--op '", s,
-             "': expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all "
-             "or all");
+             "': expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
+             "scatter or all");
 }
 
 int64_t parse_size(std::string_view text, std::string_view flag) {

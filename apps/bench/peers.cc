@@ -1,9 +1,9 @@
 // The peers braid bench can compare with (--peer), registered here and only here: this is
 // the one file that branches on BRAID_HAVE_MPI and the only one that includes <mpi.h>
 // (STYLE.md, "feature flags in one place"). The MPI peer measures MPI_Allreduce,
-// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast, MPI_Reduce and MPI_Alltoall on the
-// same buffers, and bootstraps braid's store over MPI so plain `mpirun braid bench --peer
-// mpi` needs no MASTER_PORT / BRAID_STORE_TOKEN.
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast, MPI_Reduce, MPI_Alltoall and MPI_Scatter on
+// the same buffers, and bootstraps braid's store over MPI so plain `mpirun braid bench --peer mpi`
+// needs no MASTER_PORT / BRAID_STORE_TOKEN.
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -137,6 +137,13 @@ class MpiCollectives final : public Collectives {
         return b.recv;
       case Op::kAllToAll:
         mpi_check(MPI_Alltoall(send, n, t, b.recv, n, t, MPI_COMM_WORLD), "MPI_Alltoall");
+        return b.recv;
+      case Op::kScatter:
+        // In place only the root passes MPI_IN_PLACE (as its recv): its block stays in its send
+        // buffer, where braid's in-place recv points.
+        mpi_check(MPI_Scatter(b.send, n, t, b.in_place && rank_ == root ? MPI_IN_PLACE : b.recv, n,
+                              t, root, MPI_COMM_WORLD),
+                  "MPI_Scatter");
         return b.recv;
     }
     return b.recv;

@@ -58,7 +58,8 @@ Buffer make_buffer(int64_t bytes, Collectives& lib, bool shared) {
 // nccl-tests' per-rank count for a message of `bytes` (setupArgs / getCollByteCount).
 int64_t count_for(Op op, int64_t bytes, DType dtype, int nranks) {
   const int64_t base = bytes / static_cast<int64_t>(dtype_size(dtype));
-  const bool split = op == Op::kAllGather || op == Op::kReduceScatter || op == Op::kAllToAll;
+  const bool split =
+      op == Op::kAllGather || op == Op::kReduceScatter || op == Op::kAllToAll || op == Op::kScatter;
   return split ? base / nranks : base;
 }
 
@@ -74,7 +75,7 @@ struct Buffers {
     const size_t block = static_cast<size_t>(count) * elem * static_cast<size_t>(rank);
     if (op == Op::kAllGather) {
       b.send = recv.get() + block;
-    } else if (op == Op::kReduceScatter) {
+    } else if (op == Op::kReduceScatter || op == Op::kScatter) {
       b.recv = send.get() + block;
     } else {
       b.send = b.recv;

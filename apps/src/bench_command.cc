@@ -44,7 +44,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-o,--op-type", raw->redop, "Reduction: sum, prod, min, max, avg")
       ->capture_default_str();
-  cmd->add_option("-r,--root", o->root, "Root rank of broadcast and reduce")->capture_default_str();
+  cmd->add_option("-r,--root", o->root, "Root rank of broadcast, reduce and scatter")
+      ->capture_default_str();
   cmd->add_option("-c,--check", raw->check, "1: check results (#wrong), 0: do not")
       ->capture_default_str();
   cmd->add_option("-R,--shared-buffers", raw->shared,
@@ -53,9 +54,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-J,--json", o->json_path, "Also write the results to this JSON file");
   cmd->add_option("--loop-times", o->loop_times_path,
                   "Each rank appends every timed loop's time to PATH.rank<R> (docs/bench.md)");
-  cmd->add_option("--op", raw->ops,
-                  "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all "
-                  "(repeatable; default all_reduce)");
+  cmd->add_option(
+      "--op", raw->ops,
+      "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, scatter or all "
+      "(repeatable; default all_reduce)");
   cmd->add_option("--backend", o->backend, "braid backend to measure")->capture_default_str();
   cmd->add_option("--nproc", o->nproc, "Start this many ranks on this node (else: one rank)");
   cmd->add_option(

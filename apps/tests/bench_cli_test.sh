@@ -29,7 +29,7 @@ sweep)
     "$tmp/out" || fail "no --iters-small in the preamble"
   grep -q '^#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong$' \
     "$tmp/out" || fail "no nccl-tests header"
-  for op in all_reduce all_gather reduce_scatter broadcast reduce all_to_all; do
+  for op in all_reduce all_gather reduce_scatter broadcast reduce all_to_all scatter; do
     n=$(rows_of $op "braid shm" | wc -l)
     # 8, 32, 128, 512, 2K, 8K, 32K
     [ "$n" -eq 7 ] || fail "$op: expected 7 rows, got $n"
@@ -37,7 +37,7 @@ sweep)
     bad=$(rows_of $op "braid shm" | awk 'NF != 13 || $9 != 0 || $13 != 0' | wc -l)
     [ "$bad" -eq 0 ] || fail "$op: rows with #wrong != 0 or a bad layout"
   done
-  [ "$(grep -c '^# Out of bounds values : 0 OK$' "$tmp/out")" -eq 6 ] || fail "footer count"
+  [ "$(grep -c '^# Out of bounds values : 0 OK$' "$tmp/out")" -eq 7 ] || fail "footer count"
   grep -q '^# Avg bus bandwidth    : ' "$tmp/out" || fail "no average footer"
   # The machine probe ran between the two ranks at both ends (no figure is asserted).
   grep -Eq '^# machine probe, 1 MiB copy between ranks 0 and 1: at the start [0-9.]+ GB/s .*; at the end [0-9.]+ GB/s' \
@@ -50,8 +50,8 @@ rows = [(r["op"], row) for r in d["results"] for row in r["rows"]]
 assert d["nranks"] == 2, d["nranks"]
 assert (d["iters"], d["iters_small"], d["small_bytes"]) == (20, 50, 8192), d
 assert [r["op"] for r in d["results"]] == ["all_reduce", "all_gather", "reduce_scatter",
-                                           "broadcast", "reduce", "all_to_all"]
-assert len(rows) == len(table) == 42, (len(rows), len(table))
+                                           "broadcast", "reduce", "all_to_all", "scatter"]
+assert len(rows) == len(table) == 49, (len(rows), len(table))
 for (op, row), cols in zip(rows, table):
     assert int(cols[0]) == row["size"] and int(cols[1]) == row["count"], (op, cols, row)
     assert row["out_of_place"]["wrong"] == 0 and row["in_place"]["wrong"] == 0
@@ -87,7 +87,7 @@ limit)
         fail "W $n $op: no ratio table"
     done
     grep -q "the limit program implements all_reduce, all_gather, reduce_scatter and broadcast" \
-      "$tmp/out" || fail "W $n: reduce / all_to_all not reported as skipped"
+      "$tmp/out" || fail "W $n: reduce / all_to_all / scatter not reported as skipped"
   done
   [ "$(ls /dev/shm | grep -c '^braid-limit-')" -eq "$before" ] || fail "a segment was left"
   "$braid" bench --nproc 2 -b 8 -e 8 -d bfloat16 --peer limit >"$tmp/out" 2>&1 ||

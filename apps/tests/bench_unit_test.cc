@@ -65,7 +65,8 @@ TEST(BenchOptions, DtypesAcceptNcclTestsAndBraidNames) {
 }
 
 TEST(BenchOptions, OpsAndRedops) {
-  EXPECT_EQ(parse_ops("all").size(), 6u);
+  EXPECT_EQ(parse_ops("all").size(), 7u);
+  EXPECT_EQ(parse_ops("scatter"), std::vector<Op>{Op::kScatter});
   EXPECT_EQ(parse_ops("allreduce"), std::vector<Op>{Op::kAllReduce});
   EXPECT_EQ(parse_ops("reduce_scatter"), std::vector<Op>{Op::kReduceScatter});
   EXPECT_EQ(parse_redop("avg"), ReduceOp::kAvg);
@@ -130,6 +131,7 @@ TEST(BenchFormulas, BusFactorsAreNcclTests) {
   EXPECT_DOUBLE_EQ(bus_factor(Op::kAllToAll, 8), 0.875);
   EXPECT_DOUBLE_EQ(bus_factor(Op::kBroadcast, 8), 1.0);
   EXPECT_DOUBLE_EQ(bus_factor(Op::kReduce, 3), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(Op::kScatter, 4), 0.75);
 }
 
 // ---- the checker against collectives computed here ----------------------------------------
@@ -179,6 +181,9 @@ std::vector<T> simulate(Op op, ReduceOp redop, const std::vector<std::vector<T>>
         break;
       case Op::kAllToAll:
         out.push_back(in[i / count][me * count + i % count]);
+        break;
+      case Op::kScatter:
+        out.push_back(in[root][me * count + i]);
         break;
     }
   }

@@ -42,7 +42,7 @@ struct ShmOptions {
   // directly with process_vm_readv instead of staging them (BRAID_SHM_KERNEL_COPY_BYTES; 0:
   // never; docs/shm.md, "Kernel copy").
   uint64_t kernel_copy_bytes = uint64_t{32} << 10;
-  // all_gather, gather and all_to_all's own threshold (all_to_all: bytes a block) where every
+  // all_gather, gather, all_to_all and scatter's own threshold (bytes a block) where every
   // rank has a CPU of its own and it is the lower one (BRAID_SHM_KERNEL_COPY_GATHER_BYTES; 0:
   // kernel_copy_bytes). There one copy fewer pays from 8 KiB a rank: 2 ranks, 16 KiB in all,
   // 1.7-1.8 us against 2.5-2.8 staged (all_to_all, 8 KiB a block: 1.47x).

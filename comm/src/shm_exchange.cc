@@ -4,8 +4,9 @@
 // block from s. A rank's block for itself goes straight from its send buffer to its result.
 // all_to_all_v first runs one step that shares every rank's send counts, so all ranks agree on
 // the number of steps and each receiver checks its recv counts against its senders'.
-// all_to_all may instead read the senders' buffers in place (Note [Zero-copy decision], Note
-// [Kernel copy]; zero_copy_first in shm_zerocopy.cc): one copy where staging makes two.
+// all_to_all and scatter may instead read the senders' buffers in place (Note [Zero-copy
+// decision], Note [Kernel copy]; zero_copy_first in shm_zerocopy.cc): one copy where staging
+// makes two.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -56,10 +57,10 @@ Blocks blocks_for(const CollectiveDesc& d, int me, int n) {
 }  // namespace
 
 void ShmGroup::exchange(Call& c) {
-  if (c.desc.kind == CollectiveKind::kAllToAll) {
-    with_zero_copy(c, [&] { exchange_slots(c); });
-  } else {
+  if (c.desc.kind == CollectiveKind::kAllToAllV) {
     exchange_slots(c);
+  } else {
+    with_zero_copy(c, [&] { exchange_slots(c); });
   }
 }
 

@@ -31,7 +31,7 @@ namespace braid::shm {
 // A buffer outside the arenas can still be read in place: process_vm_readv copies straight
 // from a peer process's memory into this one's, one copy where staging makes two (the owner
 // writes a chunk into its area, the reader copies it out). So for messages of at least the
-// group's kernel_copy_bytes (rank 0's header; all_gather, gather and all_to_all from its
+// group's kernel_copy_bytes (rank 0's header; all_gather, gather, all_to_all and scatter from its
 // kernel_copy_gather_bytes where that is lower, which rank 0 sets only where every rank has a
 // CPU of its own: docs/shm.md) every rank that can (kernel_copy_works(), once per
 // group) also publishes its buffers' addresses with its call and stages nothing in the first
@@ -84,21 +84,30 @@ bool ShmGroup::kernel_copy_works() {
   return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == sizeof copy && copy == probe;
 }
 
+namespace {
+
+// The calls that read the root's send buffer alone: the others' buffers do not matter.
+bool root_only(CollectiveKind k) {
+  return k == CollectiveKind::kBroadcast || k == CollectiveKind::kScatter;
+}
+
+}  // namespace
+
 bool ShmGroup::in_arena(const Call& c, int p) const {
   const CollectiveKind k = c.desc.kind;
   const CallWords& w = call_words(p, c);
-  if (k == CollectiveKind::kBroadcast) return p == c.desc.root && w.send_arena_off.load() >= 0;
+  if (root_only(k)) return p == c.desc.root && w.send_arena_off.load() >= 0;
   if (w.send_arena_off.load() < 0) return false;
   return k != CollectiveKind::kAllReduce || w.recv_arena_off.load() >= 0;
 }
 
 bool ShmGroup::qualifies(const Call& c, int p) const {
-  if (c.desc.kind == CollectiveKind::kBroadcast && p != c.desc.root) return false;
+  if (root_only(c.desc.kind) && p != c.desc.root) return false;
   return c.kc_all || in_arena(c, p);
 }
 
 bool ShmGroup::zero_copy_eligible(const Call& c) const {
-  if (c.desc.kind == CollectiveKind::kBroadcast) return qualifies(c, c.desc.root);
+  if (root_only(c.desc.kind)) return qualifies(c, c.desc.root);
   for (int p = 0; p < n_; ++p) {
     if (!qualifies(c, p)) return false;
   }
@@ -206,18 +215,18 @@ bool ShmGroup::tries_kernel_copy(const Call& c) const {
   if (threshold == 0 || kernel_copy_off_) return false;
   const CollectiveKind k = c.desc.kind;
   const uint64_t bytes = static_cast<uint64_t>(c.desc.count) * dtype_size(c.desc.dtype);
-  // all_to_all reads each block once, as gather does: the same threshold.
+  // all_to_all and scatter read each block once, as gather does: the same threshold.
   const bool gathers = k == CollectiveKind::kAllGather || k == CollectiveKind::kGather ||
-                       k == CollectiveKind::kAllToAll;
+                       k == CollectiveKind::kAllToAll || k == CollectiveKind::kScatter;
   if (gathers && h.kernel_copy_gather_bytes != 0) {
     threshold = std::min(threshold, h.kernel_copy_gather_bytes);
   }
   const uint64_t result = gathers ? bytes * static_cast<uint64_t>(n_) : bytes;
-  // Not all_to_all's: the limit is for results whose every block n-1 readers read from memory
-  // (Note [Kernel copy]), where all_to_all reads each once (8 ranks on 2 vCPUs, 4 MiB: 1.6x).
-  if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit && k != CollectiveKind::kAllToAll) {
-    return false;
-  }
+  // Not all_to_all's or scatter's: the limit is for results whose every block n-1 readers read
+  // from memory (Note [Kernel copy]), where these read each once (8 ranks on 2 vCPUs, 4 MiB
+  // all_to_all: 1.6x).
+  const bool once = k == CollectiveKind::kAllToAll || k == CollectiveKind::kScatter;
+  if (h.kernel_copy_limit != 0 && result > h.kernel_copy_limit && !once) return false;
   return bytes >= (k == CollectiveKind::kAllReduce ? std::max(threshold, kKernelCopyAllReduceBytes)
                                                    : threshold);
 }
@@ -233,8 +242,8 @@ void ShmGroup::zero_copy_candidate(Call& c) {
   const bool arena = h.arena_bytes != 0 && bytes >= static_cast<int64_t>(h.zerocopy_bytes);
   c.kc_tried = tries_kernel_copy(c);
   if (d.count <= 0 || (!arena && !c.kc_tried)) return;
-  const bool blocks =
-      d.kind == CollectiveKind::kReduceScatter || d.kind == CollectiveKind::kAllToAll;
+  const bool blocks = d.kind == CollectiveKind::kReduceScatter ||
+                      d.kind == CollectiveKind::kAllToAll || d.kind == CollectiveKind::kScatter;
   const int64_t send_bytes = blocks ? n_ * bytes : bytes;
   // An all_to_all in place rewrites the blocks its peers read: it stages, and declines for
   // this call only (peers that offered start the slot path again).
@@ -260,8 +269,7 @@ void ShmGroup::zero_copy_candidate(Call& c) {
   c.zc_candidate = true;
   const bool mine_in_arena =
       c.send_off >= 0 && (d.kind != CollectiveKind::kAllReduce || c.recv_off >= 0);
-  const bool root_only = d.kind == CollectiveKind::kBroadcast;
-  c.zc_mine = (!root_only || me_ == d.root) && (mine_in_arena || c.kc_mine);
+  c.zc_mine = (!root_only(d.kind) || me_ == d.root) && (mine_in_arena || c.kc_mine);
 }
 
 bool ShmGroup::resolve_zero_copy(Call& c) {
@@ -287,7 +295,7 @@ bool ShmGroup::resolve_zero_copy(Call& c) {
     return true;
   }
   for (int p = 0; p < n_; ++p) {
-    const bool staged_nothing = (c.desc.kind != CollectiveKind::kBroadcast || p == c.desc.root) &&
+    const bool staged_nothing = (!root_only(c.desc.kind) || p == c.desc.root) &&
                                 (in_arena(c, p) || call_words(p, c).kernel_copy.load() == 1);
     if (staged_nothing) {
       c.zc_repeat = true;
@@ -392,6 +400,10 @@ void ShmGroup::zero_copy_first(Call& c) {
         read_peer(c, p, false, int64_t{me_} * bytes, bytes,
                   static_cast<uint8_t*>(d.recv) + p * bytes);
       }
+      break;
+    case CollectiveKind::kScatter:
+      // Block `me` of the root's send buffer (the root's own, in place, is already there).
+      read_peer(c, d.root, false, int64_t{me_} * bytes, bytes, d.recv);
       break;
     default:
       BRAID_ASSERT(false, "shm: zero-copy path entered for ", collective_name(d.kind));

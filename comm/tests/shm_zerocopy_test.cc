@@ -89,11 +89,9 @@ struct Case {
   bool in_place;
 };
 
-// An all_to_all in place rewrites the blocks its peers would read: it always stages; so does
-// scatter (not measured on the zero-copy paths).
+// An all_to_all in place rewrites the blocks its peers would read: it always stages.
 bool stages_always(const Case& cs) {
-  return (cs.kind == CollectiveKind::kAllToAll && cs.in_place) ||
-         cs.kind == CollectiveKind::kScatter;
+  return cs.kind == CollectiveKind::kAllToAll && cs.in_place;
 }
 
 enum class Placement { kOrdinary, kShared, kMixed };  // kMixed: the root rank (n-1) ordinary
@@ -393,6 +391,8 @@ bool expect_kernel_copy(const Case& cs, Placement placement, int me, int n) {
     case CollectiveKind::kReduceScatter:
     case CollectiveKind::kAllToAll:
       return any_peer_outside;
+    case CollectiveKind::kScatter:
+      return me != root && outside(root);
     case CollectiveKind::kReduce:
     case CollectiveKind::kGather:
       return me == root && any_peer_outside;
