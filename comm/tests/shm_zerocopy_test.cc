@@ -293,6 +293,18 @@ ShmOptions kernel_copy_options() {
   return o;
 }
 
+// Runs `d` on `b`: "" when it succeeds, else "the <kind> failed: <what>".
+std::string run_failure(Backend& b, const CollectiveDesc& d) {
+  if (const std::exception_ptr error = b.run(d)->error()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return "the " + std::string(collective_name(d.kind)) + " failed: " + e.what();
+    }
+  }
+  return "";
+}
+
 // An all_gather of `count` int32 per rank on ordinary (heap) buffers, rank r sending
 // i * mul + r at i. Returns "" when every block arrived exactly (every `stride`-th element
 // checked), else what went wrong.
@@ -306,13 +318,7 @@ std::string all_gather_pattern(Backend& b, int me, int size, int64_t count, int3
   d.count = count;
   d.send = in.data();
   d.recv = out.data();
-  if (const std::exception_ptr error = b.run(d)->error()) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      return std::string("the all_gather failed: ") + e.what();
-    }
-  }
+  if (std::string failure = run_failure(b, d); !failure.empty()) return failure;
   for (int p = 0; p < size; ++p) {
     for (int64_t i = 0; i < count; i += stride) {
       if (out[p * count + i] != static_cast<int32_t>(i * mul + p)) {
@@ -341,13 +347,7 @@ std::string all_to_all_pattern(Backend& b, int me, int size, int64_t count, int3
   d.count = count;
   d.send = in.data();
   d.recv = in_place ? in.data() : out.data();
-  if (const std::exception_ptr error = b.run(d)->error()) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      return std::string("the all_to_all failed: ") + e.what();
-    }
-  }
+  if (std::string failure = run_failure(b, d); !failure.empty()) return failure;
   const std::vector<int32_t>& got = in_place ? in : out;
   for (int p = 0; p < size; ++p) {
     for (int64_t i = 0; i < count; i += stride) {
