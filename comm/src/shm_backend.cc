@@ -93,9 +93,10 @@ ShmOptions shm_options_from_env() {
       env_bytes("BRAID_SHM_KERNEL_COPY_GATHER_BYTES", o.kernel_copy_gather_bytes, 0);
   o.bcast_bytes = env_bytes("BRAID_SHM_BCAST_BYTES", o.bcast_bytes, 0);
   o.bcast_shared_bytes = env_bytes("BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes, 0);
-  for (const auto& [name, value] :
-       {std::pair{"BRAID_SHM_BCAST_BYTES", o.bcast_bytes},
-        std::pair{"BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes}}) {
+  o.reduce_bytes = env_bytes("BRAID_SHM_REDUCE_BYTES", o.reduce_bytes, 0);
+  for (const auto& [name, value] : {std::pair{"BRAID_SHM_BCAST_BYTES", o.bcast_bytes},
+                                    std::pair{"BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes},
+                                    std::pair{"BRAID_SHM_REDUCE_BYTES", o.reduce_bytes}}) {
     BRAID_CHECK(value <= static_cast<uint64_t>(shm::kBcastMaxBytes), kInvalidArgument,
                 "environment variable ", name, "=", value, " is too large (expected at most ",
                 shm::kBcastMaxBytes, " bytes)");
@@ -168,7 +169,8 @@ ShmGroup::ShmGroup(const BackendContext& context, const ShmOptions& options)
                          kc_bytes,
                          kc_limit,
                          shared ? options.bcast_shared_bytes : options.bcast_bytes,
-                         shared ? 0 : options.kernel_copy_gather_bytes};
+                         shared ? 0 : options.kernel_copy_gather_bytes,
+                         options.reduce_bytes};
     seg_ = Segment::create(name, n_, config);
     store.set(key, name);
   } else {
@@ -253,8 +255,13 @@ std::shared_ptr<Work> ShmGroup::run(const CollectiveDesc& desc) {
 void ShmGroup::dispatch(const CollectiveDesc& desc) {
   const bool collective = desc.kind != CollectiveKind::kSend && desc.kind != CollectiveKind::kRecv;
   Call c = begin_call(desc, collective);
+  // Note [Small broadcast], Note [Small reduce]: no step, so no step-call index.
   if (desc.kind == CollectiveKind::kBroadcast && small_broadcast(c)) {
-    broadcast_small(c);  // Note [Small broadcast]: no step, so no step-call index
+    broadcast_small(c);
+    return;
+  }
+  if (desc.kind == CollectiveKind::kReduce && small_reduce(c)) {
+    reduce_small(c);
     return;
   }
   if (collective) c.step_call = ++step_calls_;
@@ -429,7 +436,7 @@ void ShmGroup::wait_all(Call& c, uint32_t target) {
 void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
                          const std::vector<int>& missing_hint) {
   std::vector<int> missing = missing_hint;
-  if (c.index != 0 && !c.small_bcast) {  // a step: name every rank that has not arrived
+  if (c.index != 0 && !c.small) {  // a step: name every rank that has not arrived
     missing.clear();
     const uint32_t target = c.target;
     for (int p = 0; p < n_; ++p) {

@@ -1,6 +1,7 @@
 // The shm backend's small broadcasts (docs/shm.md, "Small broadcasts"): the root writes the
 // message into the next cell of its ring and returns; every other rank waits for that cell
-// alone, checks the root's call against its own and copies the message out.
+// alone, checks the root's call against its own and copies the message out. And its small
+// reduces (docs/shm.md, "Small reduces"), the same cells with the roles turned round.
 //
 // Note [Small broadcast]
 // Through the step protocol a broadcast is a barrier: every rank waits for every other one. With
@@ -39,6 +40,29 @@
 //     peer may now be any number of small broadcasts ahead. The call words (Note [Step
 //     protocol]) are therefore indexed by the step-protocol calls only (Call::step_call).
 //
+// Note [Small reduce]
+// Through the step protocol a reduce is a barrier too, and OpenMPI's non-roots return once their
+// eager send is queued: a loop of 16-256 byte reduces ran at 0.16-0.52 of OpenMPI's speed at 2
+// and 4 ranks (docs/performance.md, "Small reduces"). The broadcast cells serve reduces too, with
+// the roles turned round; one count numbers both kinds (small call b, Call::small_index):
+//   - Every rank but the root writes its contribution as a broadcast's root writes its message
+//     (write_small): cell b % kBcastCells of its own ring, inline or in its data slots, after the
+//     same waits for `done` before it reuses them, and returns. Each cell of call b has one
+//     writer, whatever the kinds: a broadcast's root or a reduce's contributors.
+//   - The root waits for each contributor's cell (from the next rank on), compares the call
+//     written there with its own, and folds every contribution where it lies, its own from its
+//     buffer, with the step path's Folder in rank order: the same bits.
+//   - Every rank sets `done` = b+1: a contributor's cell is read by the root only, and `done`
+//     covers it as it covers a broadcast's readers.
+//   - The limit: rank 0's reduce_bytes (default kBcastMaxBytes), with the broadcast's rule for
+//     the zero-copy paths up to one data slot. Unlike a broadcast's, it need not be lower with
+//     a CPU per rank: there the 2-rank step path (the kernel copy from 32 KiB) ran 32-256 KiB
+//     at 0.67-0.80 of OpenMPI's speed, this path at 1.06-1.36 (docs/performance.md).
+//     premul_sum stays on the step path: its factors travel with the step-protocol call.
+//   - The cell carries the writer's kind and op, so a root that reads a broadcast where it
+//     expected a contribution, or a contribution of another reduce, names both calls; the waits
+//     and the digest cover the rest as for broadcasts (check_crossed_calls, verify_call).
+//
 // Note [Small broadcast by reference]
 // A message of kBcastByReferenceBytes or more whose root buffer braid's cpu allocator put on
 // huge pages (cpu_memory_on_huge_pages) stays there: the root writes its address into the cell
@@ -73,19 +97,32 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 }  // namespace
 
-bool ShmGroup::small_broadcast(const Call& c) const {
-  const SegmentHeader& h = seg_->header();
-  const CollectiveDesc& d = c.desc;
-  const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
-  if (bytes > h.bcast_bytes) return false;
+bool ShmGroup::small_keeps_zero_copy(const Call& c, uint64_t bytes) const {
   // Up to a data slot, a call that may read the root's buffer in place keeps that path
   // (zero_copy_candidate; only with thresholds lowered below 4 KiB). Above it the group's limit
   // alone decides: 16 KiB with a CPU per rank, below the zero-copy thresholds' defaults, and
   // 256 KiB where ranks share CPUs, where this path beat the zero-copy ones (their calls are
   // barriers; docs/shm.md, "Small broadcasts").
-  if (bytes > static_cast<uint64_t>(kBcastCellBytes)) return true;
+  if (bytes > static_cast<uint64_t>(kBcastCellBytes) || c.desc.count <= 0) return false;
+  const SegmentHeader& h = seg_->header();
   const bool arena = h.arena_bytes != 0 && bytes >= h.zerocopy_bytes;
-  return d.count <= 0 || (!arena && !tries_kernel_copy(c));
+  return arena || tries_kernel_copy(c);
+}
+
+bool ShmGroup::small_broadcast(const Call& c) const {
+  const CollectiveDesc& d = c.desc;
+  const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
+  const uint64_t limit = seg_->header().bcast_bytes;  // 0: off, empty calls too
+  return limit != 0 && bytes <= limit && !small_keeps_zero_copy(c, bytes);
+}
+
+bool ShmGroup::small_reduce(const Call& c) const {
+  const CollectiveDesc& d = c.desc;
+  const uint64_t bytes = static_cast<uint64_t>(d.count) * dtype_size(d.dtype);
+  // premul_sum's factors travel with the step-protocol call (every rank's, at its first step).
+  const uint64_t limit = seg_->header().reduce_bytes;
+  return limit != 0 && bytes <= limit && d.op != ReduceOp::kPremulSum &&
+         !small_keeps_zero_copy(c, bytes);
 }
 
 void ShmGroup::publish_bcast_record(const Call& c) {
@@ -96,7 +133,9 @@ void ShmGroup::publish_bcast_record(const Call& c) {
   std::atomic_thread_fence(std::memory_order_release);
   line.front_seq.store(d.seq, std::memory_order_relaxed);
   line.count.store(d.count, std::memory_order_relaxed);
-  line.dtype.store(static_cast<uint32_t>(d.dtype), std::memory_order_relaxed);
+  line.kind.store(static_cast<uint8_t>(d.kind), std::memory_order_relaxed);
+  line.op.store(static_cast<uint8_t>(d.op), std::memory_order_relaxed);
+  line.dtype.store(static_cast<uint8_t>(d.dtype), std::memory_order_relaxed);
   line.root.store(d.root, std::memory_order_relaxed);
   line.index.store(c.index, std::memory_order_release);
 }
@@ -149,94 +188,112 @@ bool ShmGroup::bcast_done_now(uint32_t done) {
   return true;
 }
 
+bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_refer) {
+  const CollectiveDesc& d = c.desc;
+  const uint32_t b = c.small_index;
+  wait_bcast_done(c, b + 1 - kBcastCells);
+  BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
+  uint8_t* data = cell.data;
+  const bool by_reference = may_refer && bcast_by_reference(src, bytes);
+  cell.by_reference = by_reference ? 1 : 0;
+  if (by_reference) {
+    const uint64_t addr = reinterpret_cast<uintptr_t>(src);
+    std::memcpy(cell.data, &addr, sizeof addr);
+    ++bcast_ref_messages_;
+  } else if (bytes > kBcastInlineBytes) {
+    // Consecutive slots, so that the message is contiguous: one that would wrap starts over
+    // at slot 0.
+    const uint32_t slots = static_cast<uint32_t>((bytes + kBcastCellBytes - 1) / kBcastCellBytes);
+    uint32_t first = bcast_next_slot_ % kBcastSlots;
+    // Where every reader has read every earlier message, start over at slot 0 too: the
+    // messages then keep to a few pages, which stay in use (a page left idle costs up to
+    // hundreds of microseconds on a VM; docs/shm.md, "Small broadcasts"). Looked at once
+    // per kBcastCheckSlots slots, so the writer reads a peer's line once per that many
+    // messages at most (each look, at every message, cost 2 ranks 0.06 us a call).
+    if (first >= bcast_check_slot_) {
+      bcast_check_slot_ = first + kBcastCheckSlots;
+      if (bcast_done_now(b)) first = 0;
+    }
+    if (first + slots > static_cast<uint32_t>(kBcastSlots)) first = 0;
+    if (first == 0) bcast_check_slot_ = kBcastCheckSlots;
+    bcast_next_slot_ = first + slots;
+    ++bcast_slot_messages_;
+    // A slot last used kBcastCells or more small calls ago is covered by the wait above; of
+    // the others, the latest user decides (`done` only grows).
+    bool wait = false;
+    uint32_t latest = 0;
+    for (uint32_t k = first; k < first + slots; ++k) {
+      if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
+        if (!wait || static_cast<int32_t>(bcast_slot_user_[k] - latest) > 0) {
+          latest = bcast_slot_user_[k];
+        }
+        wait = true;
+      }
+      bcast_slot_user_[k] = b;
+      bcast_slot_used_[k] = true;
+    }
+    if (wait) wait_bcast_done(c, latest + 1);
+    cell.slot = static_cast<uint8_t>(first);
+    data = seg_->bcast_slot(me_, static_cast<int>(first));
+  }
+  cell.call_index = c.index;
+  cell.front_seq = d.seq;
+  cell.count = d.count;
+  cell.root = d.root;
+  cell.kind = static_cast<uint8_t>(d.kind);
+  cell.op = static_cast<uint8_t>(d.op);
+  cell.dtype = static_cast<uint8_t>(d.dtype);
+  if (!by_reference) copy(data, src, bytes);
+  publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
+  // The lines the next message from this rank writes, asked for now: their transfer from a
+  // reader's cache overlaps the rest of this call and the next one's entry instead of
+  // holding up its publish (2 ranks, 16 B: 0.16 -> 0.08 us a call on a Xeon, docs/shm.md).
+  // Nobody polls them yet, unlike the step lines, where the same hint measured slower.
+  BcastCell& next = seg_->bcast_cell(me_, static_cast<int>((b + 1) % kBcastCells));
+  prefetch_for_write(&next);
+  if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
+    prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
+  }
+  if (bytes > kBcastInlineBytes && !by_reference) {
+    // Of the next data slot: every line a message of this size writes, up to
+    // kBcastPrefetchBytes (2 ranks, 128-512 B, -n 20: 1.4-1.5x; 4 and 8 ranks, 1000-call
+    // loops: 1.03-1.25x; docs/performance.md, "Small broadcasts: the next slot's lines"),
+    // else its first line. Up to 4 KiB, 1 KiB measured slower (0.7-0.8x: 16 requests in
+    // flight). Not where a look for caught-up readers is due either: the next message may
+    // then start over at slot 0, and these lines go unwritten.
+    const uint8_t* next_data =
+        seg_->bcast_slot(me_, static_cast<int>(bcast_next_slot_ % kBcastSlots));
+    const bool all = bytes <= kBcastPrefetchBytes && bcast_next_slot_ < bcast_check_slot_;
+    for (int64_t off = 0; off < (all ? bytes : 1); off += 64) prefetch_for_write(next_data + off);
+  }
+  return by_reference;
+}
+
+void ShmGroup::finish_small(const Call& c) {
+  const CollectiveDesc& d = c.desc;
+  bcasts_ = c.small_index + 1;
+  bcast_digest_ = mix(mix(mix(mix(bcast_digest_, c.index), static_cast<uint64_t>(d.count)),
+                          static_cast<uint64_t>(d.dtype) | static_cast<uint64_t>(d.root) << 8),
+                      static_cast<uint64_t>(d.kind) | static_cast<uint64_t>(d.op) << 8);
+  BcastLine& line = seg_->control(me_).bcast;
+  publish_word(line.done, line.waiters, bcasts_);
+}
+
 void ShmGroup::broadcast_small(Call& c) {
   const CollectiveDesc& d = c.desc;
   const int64_t bytes = d.count * static_cast<int64_t>(dtype_size(d.dtype));
-  const uint32_t b = bcasts_;
-  c.small_bcast = true;
-  c.bcast = b;
+  c.small = true;
+  c.small_index = bcasts_;
   publish_bcast_record(c);
   if (me_ == d.root) {
-    wait_bcast_done(c, b + 1 - kBcastCells);
-    BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
-    uint8_t* data = cell.data;
-    const bool by_reference = bcast_by_reference(d.send, bytes);
-    cell.by_reference = by_reference ? 1 : 0;
-    if (by_reference) {
-      const uint64_t addr = reinterpret_cast<uintptr_t>(d.send);
-      std::memcpy(cell.data, &addr, sizeof addr);
-      ++bcast_ref_messages_;
-    } else if (bytes > kBcastInlineBytes) {
-      // Consecutive slots, so that the message is contiguous: one that would wrap starts over
-      // at slot 0.
-      const uint32_t slots = static_cast<uint32_t>((bytes + kBcastCellBytes - 1) / kBcastCellBytes);
-      uint32_t first = bcast_next_slot_ % kBcastSlots;
-      // Where every receiver has read every earlier message, start over at slot 0 too: the
-      // messages then keep to a few pages, which stay in use (a page left idle costs up to
-      // hundreds of microseconds on a VM; docs/shm.md, "Small broadcasts"). Looked at once
-      // per kBcastCheckSlots slots, so the root reads a peer's line once per that many
-      // messages at most (each look, at every message, cost 2 ranks 0.06 us a call).
-      if (first >= bcast_check_slot_) {
-        bcast_check_slot_ = first + kBcastCheckSlots;
-        if (bcast_done_now(b)) first = 0;
-      }
-      if (first + slots > static_cast<uint32_t>(kBcastSlots)) first = 0;
-      if (first == 0) bcast_check_slot_ = kBcastCheckSlots;
-      bcast_next_slot_ = first + slots;
-      ++bcast_slot_messages_;
-      // A slot last used kBcastCells or more broadcasts ago is covered by the wait above; of
-      // the others, the latest user decides (`done` only grows).
-      bool wait = false;
-      uint32_t latest = 0;
-      for (uint32_t k = first; k < first + slots; ++k) {
-        if (bcast_slot_used_[k] && b - bcast_slot_user_[k] < static_cast<uint32_t>(kBcastCells)) {
-          if (!wait || static_cast<int32_t>(bcast_slot_user_[k] - latest) > 0) {
-            latest = bcast_slot_user_[k];
-          }
-          wait = true;
-        }
-        bcast_slot_user_[k] = b;
-        bcast_slot_used_[k] = true;
-      }
-      if (wait) wait_bcast_done(c, latest + 1);
-      cell.slot = static_cast<uint8_t>(first);
-      data = seg_->bcast_slot(me_, static_cast<int>(first));
-    }
-    cell.call_index = c.index;
-    cell.front_seq = d.seq;
-    cell.count = d.count;
-    cell.dtype = static_cast<uint8_t>(d.dtype);
-    cell.root = d.root;
-    if (!by_reference) copy(data, d.send, bytes);
-    publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
-    // The lines the next broadcast from this root writes, asked for now: their transfer from a
-    // receiver's cache overlaps the rest of this call and the next one's entry instead of
-    // holding up its publish (2 ranks, 16 B: 0.16 -> 0.08 us a call on a Xeon, docs/shm.md).
-    // Nobody polls them yet, unlike the step lines, where the same hint measured slower.
-    BcastCell& next = seg_->bcast_cell(me_, static_cast<int>((b + 1) % kBcastCells));
-    prefetch_for_write(&next);
-    if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
-      prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
-    }
-    if (bytes > kBcastInlineBytes && !by_reference) {
-      // Of the next data slot: every line a message of this size writes, up to
-      // kBcastPrefetchBytes (2 ranks, 128-512 B, -n 20: 1.4-1.5x; 4 and 8 ranks, 1000-call
-      // loops: 1.03-1.25x; docs/performance.md, "Small broadcasts: the next slot's lines"),
-      // else its first line. Up to 4 KiB, 1 KiB measured slower (0.7-0.8x: 16 requests in
-      // flight). Not where a look for caught-up receivers is due either: the next message may
-      // then start over at slot 0, and these lines go unwritten.
-      const uint8_t* next_data =
-          seg_->bcast_slot(me_, static_cast<int>(bcast_next_slot_ % kBcastSlots));
-      const bool all = bytes <= kBcastPrefetchBytes && bcast_next_slot_ < bcast_check_slot_;
-      for (int64_t off = 0; off < (all ? bytes : 1); off += 64) prefetch_for_write(next_data + off);
-    }
+    const bool by_reference = write_small(c, d.send, bytes, true);
     copy(d.recv, d.send, bytes);
     // The receivers read the message in place: the caller may change it on return.
-    if (by_reference) wait_bcast_done(c, b + 1);
+    if (by_reference) wait_bcast_done(c, c.small_index + 1);
   } else {
-    BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(b % kBcastCells));
-    wait_at_least(c, d.root, cell.seq, cell.waiters, b + 1);
-    verify_bcast_cell(c, cell);
+    BcastCell& cell = seg_->bcast_cell(d.root, static_cast<int>(c.small_index % kBcastCells));
+    wait_at_least(c, d.root, cell.seq, cell.waiters, c.small_index + 1);
+    verify_bcast_cell(c, d.root, cell);
     if (cell.by_reference != 0) {
       uint64_t addr = 0;
       std::memcpy(&addr, cell.data, sizeof addr);
@@ -247,11 +304,33 @@ void ShmGroup::broadcast_small(Call& c) {
       copy(d.recv, data, bytes);
     }
   }
-  bcasts_ = b + 1;
-  bcast_digest_ = mix(mix(mix(bcast_digest_, c.index), static_cast<uint64_t>(d.count)),
-                      static_cast<uint64_t>(d.dtype) | static_cast<uint64_t>(d.root) << 8);
-  BcastLine& line = seg_->control(me_).bcast;
-  publish_word(line.done, line.waiters, b + 1);
+  finish_small(c);
+}
+
+void ShmGroup::reduce_small(Call& c) {
+  const CollectiveDesc& d = c.desc;
+  const int64_t bytes = d.count * static_cast<int64_t>(dtype_size(d.dtype));
+  c.small = true;
+  c.small_index = bcasts_;
+  publish_bcast_record(c);
+  if (me_ != d.root) {
+    write_small(c, d.send, bytes, false);
+  } else {
+    // Every contribution where its writer left it (the root's own in its buffer), folded in
+    // rank order by the step path's Folder: the same bits.
+    const int j = static_cast<int>(c.small_index % kBcastCells);
+    for (int i = 1; i < n_; ++i) {
+      const int p = (me_ + i) % n_;
+      BcastCell& cell = seg_->bcast_cell(p, j);
+      wait_at_least(c, p, cell.seq, cell.waiters, c.small_index + 1);
+      verify_bcast_cell(c, p, cell);
+      inputs_[p] = bytes <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(p, cell.slot);
+    }
+    inputs_[me_] = d.send;
+    if (d.count > 0) folder_for(c).fold(inputs_.data(), n_, d.count, d.recv);
+  }
+  ++small_reduces_;
+  finish_small(c);
 }
 
 }  // namespace braid::shm

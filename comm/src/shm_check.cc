@@ -76,16 +76,17 @@ PublishedCall call_of(const Call& c) {
   return {c.index, d.seq, d.count, d.kind, d.dtype, d.op, d.root};
 }
 
-// Rank p's latest small broadcast (Note [Small broadcast]); false while p rewrites it.
+// Rank p's latest small call (Note [Small broadcast], Note [Small reduce]); false while p
+// rewrites it.
 bool read_bcast_record(const BcastLine& line, PublishedCall* out) {
   const uint64_t index = line.index.load(std::memory_order_acquire);
   if (index == 0) return false;
   *out = {index,
           line.front_seq.load(std::memory_order_relaxed),
           line.count.load(std::memory_order_relaxed),
-          CollectiveKind::kBroadcast,
+          static_cast<CollectiveKind>(line.kind.load(std::memory_order_relaxed)),
           static_cast<DType>(line.dtype.load(std::memory_order_relaxed)),
-          ReduceOp::kSum,
+          static_cast<ReduceOp>(line.op.load(std::memory_order_relaxed)),
           line.root.load(std::memory_order_relaxed)};
   std::atomic_thread_fence(std::memory_order_acquire);
   return line.index.load(std::memory_order_relaxed) == index;
@@ -149,13 +150,14 @@ void ShmGroup::verify_call(Call& c) {
   }
   for (int p = 0; p < n_; ++p) {
     if (p == me_ || step_line(p).bcast_digest == bcast_digest_) continue;
-    // Small broadcasts on which the ranks disagreed without anyone waiting (both believed they
-    // were the root; Note [Small broadcast]). Name the latest of each, where it can be read.
+    // Small calls on which the ranks disagreed without anyone waiting (both believed they were
+    // a broadcast's root, or neither a reduce's; Note [Small broadcast], Note [Small reduce]).
+    // Name the latest of each, where it can be read.
     PublishedCall a{}, b{};
     const bool known = read_bcast_record(seg_->control(me_).bcast, &a) &&
                        read_bcast_record(seg_->control(p).bcast, &b);
     BRAID_FAIL(kInvalidArgument, "shm: collective mismatch before group call #", c.index,
-               ": the small broadcasts of group rank ", me_, " (world rank ",
+               ": the small broadcasts and reduces of group rank ", me_, " (world rank ",
                context_.global_ranks[me_], ") and group rank ", p, " (world rank ",
                context_.global_ranks[p], ") differ",
                known ? " (latest: " + describe(a) + " at call #" + std::to_string(a.index) +
@@ -173,46 +175,48 @@ void ShmGroup::verify_call(Call& c) {
   }
 }
 
-void ShmGroup::verify_bcast_cell(const Call& c, const BcastCell& cell) {
+void ShmGroup::verify_bcast_cell(const Call& c, int writer, const BcastCell& cell) {
   const PublishedCall mine = call_of(c);
   const PublishedCall theirs{cell.call_index,
                              cell.front_seq,
                              cell.count,
-                             CollectiveKind::kBroadcast,
+                             static_cast<CollectiveKind>(cell.kind),
                              static_cast<DType>(cell.dtype),
-                             ReduceOp::kSum,
+                             static_cast<ReduceOp>(cell.op),
                              cell.root};
-  if (!same_call(mine, theirs)) {
-    throw_mismatch(context_.global_ranks, me_, mine, c.desc.root, theirs);
-  }
+  if (!same_call(mine, theirs)) throw_mismatch(context_.global_ranks, me_, mine, writer, theirs);
 }
 
-// Note [Small broadcast]. A peer p that takes part in this rank's call arrives: the checks
-// below fire only where it cannot.
+// Note [Small broadcast], Note [Small reduce]. A peer p that takes part in this rank's call
+// arrives: the checks below fire only where it cannot.
 void ShmGroup::check_crossed_calls(const Call& c) {
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
-    if (c.small_bcast) {
-      // p in another small broadcast at this call, where this rank is the root: one that waits
-      // for its receivers' reads (Note [Small broadcast by reference]) would wait for p until
-      // the deadline. (A receiver compares the root's cell instead.)
+    if (c.small) {
+      // p in another small call at this call, where this rank is a broadcast's root or in a
+      // reduce: it may wait for p (a cell to reuse, reads by reference, Note [Small broadcast
+      // by reference]; a reduce's root for p's contribution) until the deadline. (A
+      // broadcast's receiver compares the root's cell instead.)
       PublishedCall record{};
-      if (me_ == c.desc.root && read_bcast_record(seg_->control(p).bcast, &record) &&
+      const bool waits_for_p = c.desc.kind == CollectiveKind::kReduce || me_ == c.desc.root;
+      if (waits_for_p && read_bcast_record(seg_->control(p).bcast, &record) &&
           record.index == c.index && !same_call(call_of(c), record)) {
         throw_mismatch(context_.global_ranks, me_, call_of(c), p, record);
       }
       // p in a step this rank has not made (step epoch_). Legitimate only for a call after this
-      // one, and then p completed this small broadcast before (`done`, published before its
+      // one, and then p completed this small call before (`done`, published before its
       // step's epoch, which this acquire load saw).
       const StepLine& line = seg_->control(p).step[epoch_ & 1];
       const uint32_t e = line.epoch.load(std::memory_order_acquire);
       if (static_cast<int32_t>(e - (epoch_ + 1)) < 0) continue;
       const PublishedCall theirs = read_call_racy(line);
       const uint32_t done = seg_->control(p).bcast.done.load(std::memory_order_acquire);
-      if (theirs.index > c.index && static_cast<int32_t>(done - (c.bcast + 1)) >= 0) continue;
+      if (theirs.index > c.index && static_cast<int32_t>(done - (c.small_index + 1)) >= 0) {
+        continue;
+      }
       throw_mismatch(context_.global_ranks, me_, call_of(c), p, theirs);
     } else {
-      // A small broadcast of p at or after this call, while p has not made this step: p can
+      // A small call of p at or after this call, while p has not made this step: p can
       // have passed this call only through this step.
       PublishedCall theirs{};
       if (!read_bcast_record(seg_->control(p).bcast, &theirs) || theirs.index < c.index) continue;

@@ -72,8 +72,10 @@ struct Call {
   // Step-protocol collectives this rank entered, this one included (small broadcasts do not
   // count): the parity of the call words (Note [Small broadcast]).
   uint64_t step_call = 0;
-  bool small_bcast = false;  // on the small-broadcast path, as its number `bcast`
-  uint32_t bcast = 0;
+  // On the small-call path (Note [Small broadcast], Note [Small reduce]), as small call number
+  // `small_index`.
+  bool small = false;
+  uint32_t small_index = 0;
   bool first_step = true;
   uint32_t target = 0;          // the epoch being waited for (error messages)
   std::vector<double> factors;  // premul_sum: every rank's factor, after the first step
@@ -155,7 +157,10 @@ class ShmGroup final : public Backend {
   uint64_t kernel_copy_calls() const { return kernel_copy_calls_.load(std::memory_order_relaxed); }
   // Broadcasts that took the small-broadcast path (on the calling rank's thread), and the
   // largest the group lets take it (rank 0's bcast_bytes or bcast_shared_bytes).
-  uint32_t small_broadcasts() const { return bcasts_; }
+  uint32_t small_broadcasts() const { return bcasts_ - small_reduces_; }
+  // Reduces that took the small-reduce path, and the largest the group lets take it.
+  uint32_t small_reduces() const { return small_reduces_; }
+  uint64_t small_reduce_limit() const { return seg_->header().reduce_bytes; }
   uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
   // Of them, those this rank was the root of whose message went into data slots (more than
   // kBcastInlineBytes).
@@ -258,6 +263,19 @@ class ShmGroup final : public Backend {
   // rank decides alike.
   bool small_broadcast(const Call& c) const;
   void broadcast_small(Call& c);
+  // Note [Small reduce] (shm_broadcast.cc): likewise.
+  bool small_reduce(const Call& c) const;
+  void reduce_small(Call& c);
+  // Whether a call of `bytes` that the zero-copy or kernel-copy path would take keeps it.
+  bool small_keeps_zero_copy(const Call& c, uint64_t bytes) const;
+  // Writes `bytes` at `src` as this rank's message of small call c (a broadcast it is the root
+  // of, or its contribution to a reduce) into its cell c.small_index % kBcastCells and data
+  // slots, after the waits that let it reuse them, and publishes the cell. By reference
+  // (Note [Small broadcast by reference]) where `may_refer` and the buffer qualifies: returns
+  // whether it did.
+  bool write_small(Call& c, const void* src, int64_t bytes, bool may_refer);
+  // Every rank's end of a small call: the count, the digest and `done`.
+  void finish_small(const Call& c);
   // Waits until every other rank completed small broadcast `done` - 1 (wrap-safe).
   void wait_bcast_done(Call& c, uint32_t done);
   // Whether every other rank has completed small broadcast `done` - 1, without waiting.
@@ -267,7 +285,7 @@ class ShmGroup final : public Backend {
   // reference]): decided by the root alone.
   bool bcast_by_reference(const void* buf, int64_t bytes);
   // The receivers' check of the root's cell: kInvalidArgument naming both calls.
-  void verify_bcast_cell(const Call& c, const BcastCell& cell);
+  void verify_bcast_cell(const Call& c, int writer, const BcastCell& cell);
   // Between the futex slices of a wait: a peer that made another call where this rank makes a
   // small broadcast, or a small broadcast where this rank makes a step-protocol call, never
   // arrives; kInvalidArgument naming both calls (shm_check.cc).
@@ -370,7 +388,8 @@ class ShmGroup final : public Backend {
   uint64_t step_calls_ = 0;
   // Note [Small broadcast]: how many this rank made, the least `done` of the peers it last saw,
   // and a digest of their calls (published with the next step-protocol call).
-  uint32_t bcasts_ = 0;
+  uint32_t bcasts_ = 0;         // small calls: broadcasts and reduces
+  uint32_t small_reduces_ = 0;  // of them, reduces
   uint32_t bcast_seen_done_ = 0;
   // This rank's data slots as a root: the next one, and the broadcast that used each last.
   uint32_t bcast_next_slot_ = 0;

@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 11;        // 11: the peer a waiting rank waits for
+inline constexpr uint32_t kVersion = 12;        // 12: small reduces in the broadcast cells
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -38,6 +38,7 @@ struct alignas(64) SegmentHeader {
   uint64_t bcast_bytes = 0;        // largest broadcast of the small-broadcast path (0: off)
   // all_gather / gather's own kernel_copy_bytes where it is lower (0: the same as the others)
   uint64_t kernel_copy_gather_bytes = 0;
+  uint64_t reduce_bytes = 0;        // largest reduce of the small-reduce path (0: off)
   std::atomic<uint32_t> mapped{0};  // ranks that mapped the segment; the last one unlinks it
 };
 
@@ -77,7 +78,8 @@ struct alignas(64) StepLine {
 static_assert(sizeof(StepLine) == 64);
 
 // Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
-// rank writes as the root of broadcast b being cell b % kBcastCells. A cell carries up to
+// rank writes as the root of broadcast b (or a contributor to reduce b, Note [Small reduce])
+// being cell b % kBcastCells, b counting both kinds. A cell carries up to
 // kBcastInlineBytes inside it (two cache lines); a larger message (up to kBcastMaxBytes) goes
 // into consecutive data slots of the rank's kBcastSlots, the first of which the cell names.
 inline constexpr int kBcastCells = 256;
@@ -95,32 +97,36 @@ inline constexpr int64_t kBcastByReferenceBytes = int64_t{128} << 10;
 inline constexpr uint32_t kBcastCheckSlots = 8;
 
 struct alignas(128) BcastCell {
-  std::atomic<uint32_t> seq{0};  // b+1 once the root wrote small broadcast b here (futex word)
+  // b+1 once the rank wrote small call b here (futex word): the message of a small broadcast
+  // it is the root of, or its contribution to a small reduce (Note [Small reduce]).
+  std::atomic<uint32_t> seq{0};
   std::atomic<uint32_t> waiters{0};
-  uint64_t call_index = 0;  // the root's call, which the receivers compare with their own
+  uint64_t call_index = 0;  // the writer's call, which its readers compare with their own
   uint64_t front_seq = 0;
   int64_t count = 0;
-  uint8_t dtype = 0, slot = 0;  // slot: the data slot of a larger message
+  int32_t root = 0;
+  uint8_t kind = 0, op = 0, dtype = 0;
+  uint8_t slot = 0;  // the data slot of a larger message
   // 1: the message stays in the root's own buffer, whose address `data` holds; the receivers
   // read it with process_vm_readv (Note [Small broadcast by reference], shm_broadcast.cc).
-  uint8_t by_reference = 0, pad = 0;
-  int32_t root = 0;
+  uint8_t by_reference = 0;
   // A message of up to kBcastInlineBytes: the first line's last 16 bytes and the second line,
   // which only such a message touches.
-  alignas(8) uint8_t data[kBcastInlineBytes] = {};
+  alignas(16) uint8_t data[kBcastInlineBytes] = {};
 };
+static_assert(offsetof(BcastCell, data) == 48);
 static_assert(sizeof(BcastCell) == 128);
 
-// Per rank, a line of its own: the small broadcasts it completed (what a root waits for before
-// it reuses a cell) and the one it is in, for the wait's mismatch diagnosis (a seqlock: `index`
-// is 0 while the fields change).
+// Per rank, a line of its own: the small calls (broadcasts and reduces) it completed (what a
+// writer waits for before it reuses a cell) and the one it is in, for the wait's mismatch
+// diagnosis (a seqlock: `index` is 0 while the fields change).
 struct alignas(64) BcastLine {
-  std::atomic<uint32_t> done{0};  // small broadcasts completed (futex word)
+  std::atomic<uint32_t> done{0};  // small calls completed (futex word)
   std::atomic<uint32_t> waiters{0};
-  std::atomic<uint64_t> index{0};  // the group call index of the latest small broadcast
+  std::atomic<uint64_t> index{0};  // the group call index of the latest small call
   std::atomic<uint64_t> front_seq{0};
   std::atomic<int64_t> count{0};
-  std::atomic<uint32_t> dtype{0};
+  std::atomic<uint8_t> kind{0}, op{0}, dtype{0};
   std::atomic<int32_t> root{0};
 };
 static_assert(sizeof(BcastLine) == 64);
@@ -151,8 +157,8 @@ struct alignas(64) ControlBlock {
   // known, 1 yes, 2 no (Note [Small broadcast by reference], shm_broadcast.cc).
   std::atomic<uint32_t> kernel_copy_able{0};
   // 1 + the group rank this rank waits for while a wait of its outlasts its spin (a p2p peer, a
-  // small broadcast's root, a step's first missing rank), 0 otherwise: a peer that times out
-  // waiting for this rank names it too (ShmGroup::fail_wait).
+  // small broadcast's root, a small reduce's contributor, a step's first missing rank), 0
+  // otherwise: a peer that times out waiting for this rank names it too (ShmGroup::fail_wait).
   std::atomic<int32_t> waits_for{0};
   CallWords call[2];
   BcastLine bcast;
@@ -186,6 +192,7 @@ struct SegmentConfig {
   uint64_t kernel_copy_limit = 0;
   uint64_t bcast_bytes = 0;  // at most kBcastMaxBytes
   uint64_t kernel_copy_gather_bytes = 0;
+  uint64_t reduce_bytes = 0;  // at most kBcastMaxBytes
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

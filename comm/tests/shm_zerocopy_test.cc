@@ -56,9 +56,10 @@ ShmOptions test_options() {
   o.arena_bytes = 64 << 20;
   o.zerocopy_bytes = 0;     // every non-empty call tries the zero-copy path
   o.kernel_copy_bytes = 0;  // ordinary buffers stage (the kernel-copy tests turn it on)
-  // Broadcasts above one data slot would take the small-broadcast path, which up to one slot
-  // yields to the zero-copy paths (docs/shm.md, "Small broadcasts").
+  // Broadcasts and reduces above one data slot would take the small-call paths, which up to
+  // one slot yield to the zero-copy paths (docs/shm.md, "Small broadcasts", "Small reduces").
   o.bcast_bytes = o.bcast_shared_bytes = shm::kBcastCellBytes;
+  o.reduce_bytes = shm::kBcastCellBytes;
   return o;
 }
 

@@ -1,0 +1,434 @@
+// The shm backend's small reduces (docs/shm.md, "Small reduces"; Note [Small reduce] in
+// comm/src/shm_broadcast.cc): at 1, 2, 3, 4 and 8 ranks (threads and forked processes), every
+// root, op and dtype, sizes on both sides of the inline limit and of the path's limit, in place
+// and out of place, many more calls than the ring has cells, mixed with small broadcasts and
+// step calls, bit for bit against the same calls through the step protocol (a second group with
+// the path off); contributors that return without waiting for the root; the limits; and the
+// mismatches and the timeout the path must still report.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../src/shm_backend.h"
+#include "../src/shm_group.h"
+#include "../src/shm_segment.h"
+#include "../src/wait_policy.h"
+#include "braid/comm/store.h"
+#include "braid/core/error.h"
+#include "comm_test_util.h"
+
+namespace braid {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string unique_job() {
+  static std::atomic<int> counter{0};
+  return "sr" + std::to_string(getpid()) + "n" + std::to_string(counter++);
+}
+
+std::unique_ptr<Backend> make_backend(int rank, int size, std::shared_ptr<Store> store,
+                                      const std::string& job, milliseconds timeout,
+                                      const ShmOptions& options = ShmOptions{}) {
+  BackendContext ctx;
+  ctx.store = std::move(store);
+  ctx.rank = rank;
+  ctx.size = size;
+  for (int i = 0; i < size; ++i) ctx.global_ranks.push_back(10 + i);
+  ctx.job_id = job;
+  ctx.timeout = timeout;
+  return create_shm_backend(ctx, options);
+}
+
+void run(Backend& b, const CollectiveDesc& d) {
+  auto work = b.run(d);
+  if (work->error()) std::rethrow_exception(work->error());
+}
+
+shm::ShmGroup& group_of(Backend& b) {
+  return dynamic_cast<shm::ShmGroup&>(b);
+}
+
+// Options whose small-reduce (and small-broadcast) limit is `bytes`, whether or not the group
+// has more ranks than CPUs.
+ShmOptions reduce_limit(uint64_t bytes) {
+  ShmOptions o;
+  o.reduce_bytes = bytes;
+  o.bcast_bytes = o.bcast_shared_bytes = bytes;
+  return o;
+}
+
+// Byte counts around the cell's inline limit (80 bytes), one data slot (4096) and several, up
+// to the path's largest (shm::kBcastMaxBytes) and one element past it (the step protocol).
+const std::vector<int64_t> kBytes = {16, 4,    80,    88,         256,    4096, 4104, 2,
+                                     64, 8192, 40000, 262144 - 8, 262144, 1024, 0,    262152};
+
+struct Kind {
+  DType dtype;
+  ReduceOp op;
+};
+const Kind kKinds[] = {{DType::kF32, ReduceOp::kSum},  {DType::kBF16, ReduceOp::kAvg},
+                       {DType::kI32, ReduceOp::kProd}, {DType::kF64, ReduceOp::kMin},
+                       {DType::kF16, ReduceOp::kMax},  {DType::kI64, ReduceOp::kSum}};
+
+// Rank r's contribution to call k: values whose fold depends on the order (floats of mixed
+// magnitude), small integers for prod.
+void fill(std::vector<uint8_t>& buf, DType dtype, int64_t count, int k, int r) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t s = (k * 7919 + r * 104729 + i * 31) % 1000;
+    const double x = (s - 500) * (s % 3 == 0 ? 1e-3 : 1.7) + r;
+    switch (dtype) {
+      case DType::kF32: {
+        const float v = static_cast<float>(x);
+        std::memcpy(buf.data() + i * 4, &v, 4);
+        break;
+      }
+      case DType::kF64:
+        std::memcpy(buf.data() + i * 8, &x, 8);
+        break;
+      case DType::kBF16:
+      case DType::kF16: {
+        // A float's upper half (bf16) or any pattern of a finite half: 0x3c00 + small offsets.
+        const float v = static_cast<float>(x);
+        uint32_t bits = 0;
+        std::memcpy(&bits, &v, 4);
+        const uint16_t h = dtype == DType::kBF16 ? static_cast<uint16_t>(bits >> 16)
+                                                 : static_cast<uint16_t>(0x3000 + s * 11);
+        std::memcpy(buf.data() + i * 2, &h, 2);
+        break;
+      }
+      case DType::kI32: {
+        const int32_t v = static_cast<int32_t>(s % 5) - 2 + (r == 0 ? 1 : 0);
+        std::memcpy(buf.data() + i * 4, &v, 4);
+        break;
+      }
+      case DType::kI64: {
+        const int64_t v = s * 1000003 - r;
+        std::memcpy(buf.data() + i * 8, &v, 8);
+        break;
+      }
+      default:
+        FAIL() << "no fill for " << dtype;
+    }
+  }
+}
+
+// Call k of the sequence on both groups (`small`: the path at `limit`; `steps`: the path off):
+// a reduce from root k % n of kBytes[k % ...] (rounded down to the dtype), in place every other
+// call; every 5th call a small broadcast and every 7th an all_reduce between them. The root's
+// results must be equal bit for bit, and a non-root's recv untouched. Returns the reduces of at
+// most `limit` bytes.
+uint32_t run_sequence(int me, int n, Backend& small, Backend& steps, int calls, uint64_t limit) {
+  uint32_t within = 0;
+  const size_t most = 262152 + 16;
+  std::vector<uint8_t> send(most), recv(most), send2(most), recv2(most);
+  for (int k = 0; k < calls; ++k) {
+    CollectiveDesc d;
+    d.seq = static_cast<uint64_t>(k + 1);
+    if (k % 7 == 6 || k % 5 == 4) {
+      // A step call or a small broadcast between the reduces (same on both groups).
+      d.kind = k % 7 == 6 ? CollectiveKind::kAllReduce : CollectiveKind::kBroadcast;
+      d.dtype = DType::kI32;
+      d.count = 3;
+      d.root = (k / 5) % n;
+      std::vector<int32_t> x(3, me + k), y(3, -1);
+      d.send = x.data();
+      d.recv = y.data();
+      run(small, d);
+      if (d.kind == CollectiveKind::kAllReduce) {
+        for (int32_t v : y) EXPECT_EQ(v, n * k + n * (n - 1) / 2) << "all_reduce, call " << k;
+      } else {
+        for (int32_t v : y) EXPECT_EQ(v, d.root + k) << "broadcast, call " << k;
+      }
+      continue;
+    }
+    const Kind kind = kKinds[k % 6];
+    const int64_t es = static_cast<int64_t>(dtype_size(kind.dtype));
+    d.kind = CollectiveKind::kReduce;
+    d.dtype = kind.dtype;
+    d.op = kind.op;
+    d.root = k % n;
+    d.count = kBytes[k % kBytes.size()] / es;
+    const bool in_place = k % 2 == 0;
+    const int64_t bytes = d.count * es;
+    if (static_cast<uint64_t>(bytes) <= limit) ++within;
+    fill(send, kind.dtype, d.count, k, me);
+    std::memcpy(send2.data(), send.data(), static_cast<size_t>(bytes));
+    std::fill(recv.begin(), recv.begin() + bytes, uint8_t{0xa5});
+    std::fill(recv2.begin(), recv2.begin() + bytes, uint8_t{0xa5});
+    d.send = send.data();
+    d.recv = in_place ? send.data() : recv.data();
+    run(small, d);
+    d.send = send2.data();
+    d.recv = in_place ? send2.data() : recv2.data();
+    run(steps, d);
+    const uint8_t* got = in_place ? send.data() : recv.data();
+    const uint8_t* want = in_place ? send2.data() : recv2.data();
+    for (int64_t i = 0; i < bytes; ++i) {
+      if (got[i] != want[i]) {
+        ADD_FAILURE() << "call " << k << ": reduce " << kind.dtype << " x " << d.count << " "
+                      << reduce_op_name(kind.op) << " root " << d.root
+                      << (in_place ? " in place" : " out of place") << ", rank " << me << ": byte "
+                      << i << " is " << int{got[i]} << ", the step path's " << int{want[i]};
+        return within;
+      }
+      if (me != d.root && !in_place && got[i] != 0xa5) {
+        ADD_FAILURE() << "call " << k << ": a non-root's recv changed, rank " << me;
+        return within;
+      }
+    }
+  }
+  return within;
+}
+
+// (processes, ranks)
+class ShmSmallReduce : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+TEST_P(ShmSmallReduce, EveryRootOpAndSizeGivesTheStepPathsBitsThroughManyRingTurns) {
+  const auto [processes, n] = GetParam();
+  const std::string job = unique_job();
+  const testing::RankFn fn = [&](int me, int size, std::shared_ptr<Store> store) {
+    const uint64_t limit = shm::kBcastMaxBytes;
+    auto small = make_backend(me, size, store, job, milliseconds(60000), reduce_limit(limit));
+    auto steps = make_backend(me, size, store, job, milliseconds(60000), reduce_limit(0));
+    // Over three turns of the ring of cells (and many of the data slots) at 8 ranks.
+    const int calls = 3 * shm::kBcastCells * 7 / 4 * std::max(1, 4 / size) + 11;
+    const uint32_t within = run_sequence(me, size, *small, *steps, calls, limit);
+    EXPECT_EQ(group_of(*small).small_reduces(), within) << "rank " << me;
+    EXPECT_EQ(group_of(*steps).small_reduces(), 0u) << "rank " << me;
+    EXPECT_GT(within, 0u);
+    CollectiveDesc barrier;  // the digests of every small call are compared here
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*small, barrier);
+  };
+  auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadsAndProcesses, ShmSmallReduce,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8)));
+
+// The contributors of a small reduce write their ring and return: they make 200 reduces (fewer
+// than the ring's cells) before the root has made one, and the root then folds them all.
+TEST(ShmSmallReduceAhead, ContributorsReturnWithoutWaitingForTheRoot) {
+  constexpr int kCalls = 200;
+  static_assert(kCalls < shm::kBcastCells);
+  const std::string job = unique_job();
+  std::atomic<int> ahead{0};
+  auto result = testing::run_threads(3, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, milliseconds(20000));
+    auto reduce = [&](int k) {
+      std::vector<int64_t> x(5, (me + 1) * 1000 + k), y(5, -1);
+      CollectiveDesc d;
+      d.kind = CollectiveKind::kReduce;
+      d.dtype = DType::kI64;
+      d.count = 5;
+      d.root = 0;
+      d.send = x.data();
+      d.recv = y.data();
+      run(*b, d);
+      if (me == 0) {
+        for (int64_t v : y) ASSERT_EQ(v, 6000 + 3 * k) << "call " << k;
+      }
+    };
+    if (me != 0) {
+      for (int k = 0; k < kCalls; ++k) reduce(k);
+      ahead.fetch_add(1);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+      while (ahead.load() < size - 1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      ASSERT_EQ(ahead.load(), size - 1) << "the contributors waited for the root";
+      for (int k = 0; k < kCalls; ++k) reduce(k);
+    }
+    EXPECT_EQ(group_of(*b).small_reduces(), static_cast<uint32_t>(kCalls));
+    CollectiveDesc barrier;
+    barrier.kind = CollectiveKind::kBarrier;
+    run(*b, barrier);
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+}
+
+// Rank 0's limit reaches the group, with a CPU per rank or not: a reduce at the limit takes the
+// path, one element more a step; premul_sum, whose factors travel with a step call, always
+// steps.
+TEST(ShmSmallReduceLimits, RankZerosLimitDecidesAndPremulSumSteps) {
+  ShmOptions defaults;
+  EXPECT_EQ(defaults.reduce_bytes, uint64_t{256} << 10);
+  ShmOptions o;
+  o.reduce_bytes = 8192;
+  const int cpus = usable_cpus();
+  for (const int n : {2, cpus + 1}) {
+    if (n > 16) continue;  // the second group would need as many threads as CPUs and one more
+    const std::string job = unique_job();
+    auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+      auto b = make_backend(me, size, store, job, milliseconds(60000), me == 0 ? o : defaults);
+      auto& group = group_of(*b);
+      EXPECT_EQ(group.small_reduce_limit(), o.reduce_bytes)
+          << size << " ranks, " << cpus << " CPUs";
+      const int64_t at_limit = static_cast<int64_t>(o.reduce_bytes / 4);
+      std::vector<float> x(static_cast<size_t>(at_limit + 1)), y(x.size());
+      uint32_t small = 0;
+      for (const int64_t count : {at_limit, at_limit + 1, int64_t{4}}) {
+        for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kPremulSum}) {
+          std::fill(x.begin(), x.end(), static_cast<float>(me + 1));
+          CollectiveDesc d;
+          d.kind = CollectiveKind::kReduce;
+          d.count = count;
+          d.op = op;
+          d.premul_factor = 0.5 * (me + 1);
+          d.root = size - 1;
+          d.send = x.data();
+          d.recv = y.data();
+          run(*b, d);
+          if (count <= at_limit && op != ReduceOp::kPremulSum) ++small;
+          EXPECT_EQ(group.small_reduces(), small)
+              << count << " f32 " << reduce_op_name(op) << ", rank " << me;
+          if (me != d.root) continue;
+          double want = 0;  // sum of (r+1), or of 0.5 (r+1)^2
+          for (int r = 0; r < size; ++r) {
+            want += op == ReduceOp::kSum ? r + 1 : 0.5 * (r + 1) * (r + 1);
+          }
+          for (int64_t i = 0; i < count; ++i) {
+            ASSERT_EQ(y[i], static_cast<float>(want)) << count << " f32, element " << i;
+          }
+        }
+      }
+    });
+    EXPECT_TRUE(result.ok()) << result.summary();
+  }
+}
+
+// What each rank's calls threw (nullopt: nothing).
+std::vector<std::optional<Error>> errors_of(int n, milliseconds timeout,
+                                            const std::function<void(int, Backend&)>& fn) {
+  std::vector<std::optional<Error>> errors(n);
+  const std::string job = unique_job();
+  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
+    auto b = make_backend(me, size, store, job, timeout);
+    try {
+      fn(me, *b);
+    } catch (const Error& e) {
+      errors[me] = e;
+    }
+  });
+  EXPECT_TRUE(result.ok()) << result.summary();
+  return errors;
+}
+
+CollectiveDesc reduce(std::vector<float>& buf, int64_t count, int root) {
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kReduce;
+  d.send = d.recv = buf.data();
+  d.count = count;
+  d.root = root;
+  return d;
+}
+
+void barrier(Backend& b) {
+  CollectiveDesc d;
+  d.kind = CollectiveKind::kBarrier;
+  run(b, d);
+}
+
+// The root compares each contribution's call with its own before it folds anything.
+TEST(ShmSmallReduceErrors, ARootWhoseCallDiffersFromAContributorsNamesBoth) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    run(b, reduce(buf, me == 2 ? 8 : 4, 0));
+    barrier(b);
+  });
+  ASSERT_TRUE(errors[0].has_value());
+  EXPECT_EQ(errors[0]->kind(), ErrorKind::kInvalidArgument) << errors[0]->what();
+  const std::string msg = errors[0]->message();
+  EXPECT_NE(msg.find("group rank 0 (world rank 10) called reduce f32 x 4 sum root 0"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("group rank 2 (world rank 12) called reduce f32 x 8 sum root 0"),
+            std::string::npos)
+      << msg;
+  for (int r : {1, 2}) {  // at the barrier: the root left the group
+    ASSERT_TRUE(errors[r].has_value()) << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kPeerLost) << errors[r]->what();
+  }
+}
+
+// A small broadcast's root writes the same cell a reduce's contributor would: the reduce's root
+// reads a broadcast there and names it.
+TEST(ShmSmallReduceErrors, ARootThatFindsABroadcastInACellNamesIt) {
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    CollectiveDesc d = reduce(buf, 16, 0);
+    if (me != 0) d.kind = CollectiveKind::kBroadcast, d.root = 1;
+    run(b, d);
+    barrier(b);
+  });
+  ASSERT_TRUE(errors[0].has_value());
+  EXPECT_EQ(errors[0]->kind(), ErrorKind::kInvalidArgument) << errors[0]->what();
+  const std::string msg = errors[0]->message();
+  EXPECT_NE(msg.find("called reduce f32 x 16 sum root 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("group rank 1 (world rank 11) called broadcast f32 x 16 root 1"),
+            std::string::npos)
+      << msg;
+}
+
+// The root of a small reduce waits for contributors that make a step-protocol call instead,
+// and they wait for it: every rank names both calls, long before the deadline.
+TEST(ShmSmallReduceErrors, AReduceAgainstAStepCallIsAMismatchOnEveryRank) {
+  const auto start = std::chrono::steady_clock::now();
+  auto errors = errors_of(3, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(16, 1.f);
+    CollectiveDesc d = reduce(buf, 16, 0);
+    if (me != 0) d.kind = CollectiveKind::kAllReduce;
+    run(b, d);
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+    const std::string msg = errors[r]->message();
+    EXPECT_NE(msg.find("all_reduce f32 x 16 sum"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reduce f32 x 16 sum root 0"), std::string::npos) << msg;
+  }
+}
+
+// Ranks that each believe another is the root all contribute and nobody waits; the digest
+// compared at the next step call reports it on both.
+TEST(ShmSmallReduceErrors, RanksThatDisagreeOnTheRootFailAtTheNextCall) {
+  auto errors = errors_of(2, milliseconds(20000), [](int me, Backend& b) {
+    std::vector<float> buf(4, 1.f);
+    for (int k = 0; k < 3; ++k) run(b, reduce(buf, 4, k == 1 ? 1 - me : 0));
+    barrier(b);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r].has_value()) << "rank " << r;
+    EXPECT_EQ(errors[r]->kind(), ErrorKind::kInvalidArgument) << errors[r]->what();
+    EXPECT_NE(errors[r]->message().find("small broadcasts and reduces"), std::string::npos)
+        << errors[r]->message();
+  }
+}
+
+// A contributor that never comes: the root's wait ends at the deadline and names it.
+TEST(ShmSmallReduceErrors, ARootTimesOutNamingTheMissingContributor) {
+  auto errors = errors_of(3, milliseconds(1500), [](int me, Backend& b) {
+    std::vector<float> buf(4, 1.f);
+    if (me != 2) run(b, reduce(buf, 4, 0));
+  });
+  ASSERT_TRUE(errors[0].has_value());
+  EXPECT_EQ(errors[0]->kind(), ErrorKind::kTimeout) << errors[0]->what();
+  const std::string msg = errors[0]->message();
+  EXPECT_NE(msg.find("reduce (seq 0, group call #1) on group rank 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("waiting for group ranks [2] (world ranks [12])"), std::string::npos) << msg;
+  EXPECT_FALSE(errors[1].has_value()) << errors[1]->what();  // it contributed and returned
+}
+
+}  // namespace
+}  // namespace braid
