@@ -94,9 +94,9 @@ ShmOptions shm_options_from_env() {
   o.bcast_bytes = env_bytes("BRAID_SHM_BCAST_BYTES", o.bcast_bytes, 0);
   o.bcast_shared_bytes = env_bytes("BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes, 0);
   o.reduce_bytes = env_bytes("BRAID_SHM_REDUCE_BYTES", o.reduce_bytes, 0);
-  for (const auto& [name, value] : {std::pair{"BRAID_SHM_BCAST_BYTES", o.bcast_bytes},
-                                    std::pair{"BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes},
-                                    std::pair{"BRAID_SHM_REDUCE_BYTES", o.reduce_bytes}}) {
+  for (const auto& [name, value] :
+       {std::pair{"BRAID_SHM_BCAST_BYTES", o.bcast_bytes},
+        std::pair{"BRAID_SHM_BCAST_SHARED_BYTES", o.bcast_shared_bytes}}) {
     BRAID_CHECK(value <= static_cast<uint64_t>(shm::kBcastMaxBytes), kInvalidArgument,
                 "environment variable ", name, "=", value, " is too large (expected at most ",
                 shm::kBcastMaxBytes, " bytes)");

@@ -54,10 +54,23 @@
 //     buffer, with the step path's Folder in rank order: the same bits.
 //   - Every rank sets `done` = b+1: a contributor's cell is read by the root only, and `done`
 //     covers it as it covers a broadcast's readers.
-//   - The limit: rank 0's reduce_bytes (default kBcastMaxBytes), with the broadcast's rule for
-//     the zero-copy paths up to one data slot. Unlike a broadcast's, it need not be lower with
-//     a CPU per rank: there the 2-rank step path (the kernel copy from 32 KiB) ran 32-256 KiB
-//     at 0.67-0.80 of OpenMPI's speed, this path at 1.06-1.36 (docs/performance.md).
+//   - A reduce of more than kReduceChunkBytes goes as consecutive small calls of that many
+//     bytes (the last shorter), one cell each, `done` after each: the root folds a chunk while
+//     the contributors write the next, and a contributor reuses a chunk's slots once the root
+//     has folded it. 128 KiB chunks beat 64 and 256 KiB ones at 2 ranks, 512 KiB-4 MiB.
+//   - A contribution of at least zerocopy_bytes (64 KiB) and at most kReduceArenaMaxBytes that
+//     lies in its writer's arena is not copied: the cell holds its arena offset, the root reads
+//     it there, and the writer returns once the root's `done` says it has read it. With the
+//     bench's arena buffers (-R 1), 2 ranks, 256 KiB: 28-30 GB/s out of place, 38 in place,
+//     against 17-18 copied (and 26-27 / 27-36 through the zero-copy step path). From 1 MiB the
+//     copy wins out of place (10-11 GB/s against 7, and 8-9 against 4-6 at 4-16 MiB): the
+//     contributor's copy runs beside the root's fold, where a read in place leaves the root
+//     alone at work.
+//   - The limit: rank 0's reduce_bytes, every size by default, with the broadcast's rule for
+//     the zero-copy paths up to one data slot. It beat the step path at every size measured,
+//     with a CPU per rank or not (2 ranks: 32-256 KiB 0.67-0.80 of OpenMPI's speed through the
+//     step path and its kernel copy, 1.06-1.36 here; 512 KiB-64 MiB 1.3-1.7x the step path's
+//     speed; 4 and 8 ranks level or ahead; docs/performance.md, "Small reduces").
 //     premul_sum stays on the step path: its factors travel with the step-protocol call.
 //   - The cell carries the writer's kind and op, so a root that reads a broadcast where it
 //     expected a contribution, or a contribution of another reduce, names both calls; the waits
@@ -188,18 +201,21 @@ bool ShmGroup::bcast_done_now(uint32_t done) {
   return true;
 }
 
-bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_refer) {
+bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_refer,
+                           int64_t arena_off) {
   const CollectiveDesc& d = c.desc;
   const uint32_t b = c.small_index;
   wait_bcast_done(c, b + 1 - kBcastCells);
   BcastCell& cell = seg_->bcast_cell(me_, static_cast<int>(b % kBcastCells));
   uint8_t* data = cell.data;
   const bool by_reference = may_refer && bcast_by_reference(src, bytes);
-  cell.by_reference = by_reference ? 1 : 0;
+  cell.by_reference = by_reference ? 1 : arena_off >= 0 ? 2 : 0;
   if (by_reference) {
     const uint64_t addr = reinterpret_cast<uintptr_t>(src);
     std::memcpy(cell.data, &addr, sizeof addr);
     ++bcast_ref_messages_;
+  } else if (arena_off >= 0) {
+    std::memcpy(cell.data, &arena_off, sizeof arena_off);
   } else if (bytes > kBcastInlineBytes) {
     // Consecutive slots, so that the message is contiguous: one that would wrap starts over
     // at slot 0.
@@ -243,7 +259,7 @@ bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_ref
   cell.kind = static_cast<uint8_t>(d.kind);
   cell.op = static_cast<uint8_t>(d.op);
   cell.dtype = static_cast<uint8_t>(d.dtype);
-  if (!by_reference) copy(data, src, bytes);
+  if (cell.by_reference == 0) copy(data, src, bytes);
   publish_word(cell.seq, cell.waiters, b + 1);  // release: the fields and data go with it
   // The lines the next message from this rank writes, asked for now: their transfer from a
   // reader's cache overlaps the rest of this call and the next one's entry instead of
@@ -254,7 +270,7 @@ bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_ref
   if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
     prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
   }
-  if (bytes > kBcastInlineBytes && !by_reference) {
+  if (bytes > kBcastInlineBytes && cell.by_reference == 0) {
     // Of the next data slot: every line a message of this size writes, up to
     // kBcastPrefetchBytes (2 ranks, 128-512 B, -n 20: 1.4-1.5x; 4 and 8 ranks, 1000-call
     // loops: 1.03-1.25x; docs/performance.md, "Small broadcasts: the next slot's lines"),
@@ -309,28 +325,58 @@ void ShmGroup::broadcast_small(Call& c) {
 
 void ShmGroup::reduce_small(Call& c) {
   const CollectiveDesc& d = c.desc;
-  const int64_t bytes = d.count * static_cast<int64_t>(dtype_size(d.dtype));
+  const int64_t es = static_cast<int64_t>(dtype_size(d.dtype));
+  // Chunks of kReduceChunkBytes, each a small call of its own (the count is the same on every
+  // rank: the cross-rank check compares the call, count and dtype included).
+  const int64_t chunk = kReduceChunkBytes / es;
+  const int64_t chunks = steps_for(d.count, chunk);
+  // A contribution in the arena, from the zero-copy threshold up to kReduceArenaMaxBytes, is
+  // read there by the root (Note [Small reduce]): one copy fewer, and its writer waits for the
+  // root's reads.
+  const SegmentHeader& h = seg_->header();
+  const int64_t bytes = d.count * es;
+  const bool arena_size = h.arena_bytes != 0 && bytes >= static_cast<int64_t>(h.zerocopy_bytes) &&
+                          bytes <= kReduceArenaMaxBytes;
+  const int64_t arena_off = me_ != d.root && arena_size ? arena_offset(d.send, bytes) : -1;
   c.small = true;
   c.small_index = bcasts_;
   publish_bcast_record(c);
-  if (me_ != d.root) {
-    write_small(c, d.send, bytes, false);
-  } else {
-    // Every contribution where its writer left it (the root's own in its buffer), folded in
-    // rank order by the step path's Folder: the same bits.
-    const int j = static_cast<int>(c.small_index % kBcastCells);
-    for (int i = 1; i < n_; ++i) {
-      const int p = (me_ + i) % n_;
-      BcastCell& cell = seg_->bcast_cell(p, j);
-      wait_at_least(c, p, cell.seq, cell.waiters, c.small_index + 1);
-      verify_bcast_cell(c, p, cell);
-      inputs_[p] = bytes <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(p, cell.slot);
+  for (int64_t k = 0; k < chunks; ++k) {
+    c.small_index = bcasts_;
+    const int64_t off = k * chunk, m = std::max<int64_t>(0, std::min(chunk, d.count - off));
+    const uint8_t* send = static_cast<const uint8_t*>(d.send) + off * es;
+    if (me_ != d.root) {
+      write_small(c, send, m * es, false, arena_off >= 0 ? arena_off + off * es : -1);
+    } else {
+      // Every contribution where its writer left it (the root's own in its buffer), folded in
+      // rank order by the step path's Folder: the same bits.
+      const int j = static_cast<int>(c.small_index % kBcastCells);
+      for (int i = 1; i < n_; ++i) {
+        const int p = (me_ + i) % n_;
+        BcastCell& cell = seg_->bcast_cell(p, j);
+        wait_at_least(c, p, cell.seq, cell.waiters, c.small_index + 1);
+        verify_bcast_cell(c, p, cell);
+        if (cell.by_reference == 2) {
+          int64_t at = 0;
+          std::memcpy(&at, cell.data, sizeof at);
+          inputs_[p] = seg_->arena(p) + at;
+        } else {
+          inputs_[p] = m * es <= kBcastInlineBytes ? cell.data : seg_->bcast_slot(p, cell.slot);
+        }
+      }
+      inputs_[me_] = send;
+      if (m > 0) {
+        folder_for(c).fold(inputs_.data(), n_, m, static_cast<uint8_t*>(d.recv) + off * es);
+      }
     }
-    inputs_[me_] = d.send;
-    if (d.count > 0) folder_for(c).fold(inputs_.data(), n_, d.count, d.recv);
+    // `done` per chunk: a contributor reuses the chunk's cell and slots once the root folded it.
+    finish_small(c);
   }
   ++small_reduces_;
-  finish_small(c);
+  if (arena_off >= 0) {
+    ++small_reduces_from_arena_;
+    wait_bcast_done(c, bcasts_);  // the root has read the caller's buffer: it may change it
+  }
 }
 
 }  // namespace braid::shm

@@ -160,6 +160,8 @@ class ShmGroup final : public Backend {
   uint32_t small_broadcasts() const { return bcasts_ - small_reduces_; }
   // Reduces that took the small-reduce path, and the largest the group lets take it.
   uint32_t small_reduces() const { return small_reduces_; }
+  // Of them, those this rank contributed to from its arena, read there by the root.
+  uint32_t small_reduces_from_arena() const { return small_reduces_from_arena_; }
   uint64_t small_reduce_limit() const { return seg_->header().reduce_bytes; }
   uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
   // Of them, those this rank was the root of whose message went into data slots (more than
@@ -273,7 +275,9 @@ class ShmGroup final : public Backend {
   // slots, after the waits that let it reuse them, and publishes the cell. By reference
   // (Note [Small broadcast by reference]) where `may_refer` and the buffer qualifies: returns
   // whether it did.
-  bool write_small(Call& c, const void* src, int64_t bytes, bool may_refer);
+  // `arena_off` >= 0: the message lies there in this rank's arena, and the readers read it in
+  // place (a reduce's contribution; Note [Small reduce]).
+  bool write_small(Call& c, const void* src, int64_t bytes, bool may_refer, int64_t arena_off = -1);
   // Every rank's end of a small call: the count, the digest and `done`.
   void finish_small(const Call& c);
   // Waits until every other rank completed small broadcast `done` - 1 (wrap-safe).
@@ -390,6 +394,7 @@ class ShmGroup final : public Backend {
   // and a digest of their calls (published with the next step-protocol call).
   uint32_t bcasts_ = 0;         // small calls: broadcasts and reduces
   uint32_t small_reduces_ = 0;  // of them, reduces
+  uint32_t small_reduces_from_arena_ = 0;
   uint32_t bcast_seen_done_ = 0;
   // This rank's data slots as a root: the next one, and the broadcast that used each last.
   uint32_t bcast_next_slot_ = 0;

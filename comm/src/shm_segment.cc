@@ -115,7 +115,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int nranks,
   header->kernel_copy_limit = config.kernel_copy_limit;
   header->kernel_copy_gather_bytes = config.kernel_copy_gather_bytes;
   header->bcast_bytes = std::min<uint64_t>(config.bcast_bytes, kBcastMaxBytes);
-  header->reduce_bytes = std::min<uint64_t>(config.reduce_bytes, kBcastMaxBytes);
+  header->reduce_bytes = config.reduce_bytes;
   std::unique_ptr<Segment> seg(new Segment(name, nranks, static_cast<uint8_t*>(base), l.total, fd));
   seg->compute_offsets();
   for (int r = 0; r < nranks; ++r) {

@@ -88,6 +88,13 @@ inline constexpr int64_t kBcastCellBytes = 4096;
 // The largest message of the path: a quarter of the data slots, so that a root still finds
 // slots its receivers have read while the latest messages are being read.
 inline constexpr int64_t kBcastMaxBytes = kBcastSlots / 4 * kBcastCellBytes;
+// A small reduce (Note [Small reduce], shm_broadcast.cc) larger than kReduceChunkBytes goes
+// through as consecutive small calls of at most that many bytes, one cell each, so the root
+// folds a chunk while the contributors write the next.
+inline constexpr int64_t kReduceChunkBytes = int64_t{128} << 10;
+// The largest contribution to a small reduce that its root reads in place where it lies in its
+// writer's arena (Note [Small reduce]).
+inline constexpr int64_t kReduceArenaMaxBytes = int64_t{256} << 10;
 inline constexpr int64_t kBcastInlineBytes = 80;
 // The smallest message whose receivers may read it in the root's own buffer where that is on
 // huge pages (Note [Small broadcast by reference], shm_broadcast.cc).
@@ -108,7 +115,9 @@ struct alignas(128) BcastCell {
   uint8_t kind = 0, op = 0, dtype = 0;
   uint8_t slot = 0;  // the data slot of a larger message
   // 1: the message stays in the root's own buffer, whose address `data` holds; the receivers
-  // read it with process_vm_readv (Note [Small broadcast by reference], shm_broadcast.cc).
+  // read it with process_vm_readv (Note [Small broadcast by reference], shm_broadcast.cc). 2: a
+  // reduce's contribution stays in its writer's arena, at the offset `data` holds (Note [Small
+  // reduce]).
   uint8_t by_reference = 0;
   // A message of up to kBcastInlineBytes: the first line's last 16 bytes and the second line,
   // which only such a message touches.
@@ -192,7 +201,7 @@ struct SegmentConfig {
   uint64_t kernel_copy_limit = 0;
   uint64_t bcast_bytes = 0;  // at most kBcastMaxBytes
   uint64_t kernel_copy_gather_bytes = 0;
-  uint64_t reduce_bytes = 0;  // at most kBcastMaxBytes
+  uint64_t reduce_bytes = 0;
 };
 
 // A mapped segment with typed accessors. Offsets are computed once from the header.

@@ -7,6 +7,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-bash "$root/bench/ab_mpirun.sh" "$1" "$2" 3 "$here/ab" -b 16 -e 1M -f 4 -n 20 --repeats 3 -c 1 \
+bash "$root/bench/ab_mpirun.sh" "$1" "$2" 3 "$here/ab" -b 16 -e 16M -f 4 -n 20 --repeats 3 -c 1 \
   --iters-small 1000 --op reduce
 python3 "$root/bench/ab_summarize.py" "$here/ab" >"$here/summary.txt"
