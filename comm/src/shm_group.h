@@ -69,8 +69,8 @@ struct Call {
   std::chrono::steady_clock::time_point deadline;  // set at the call's first wait
   std::chrono::milliseconds timeout;
   uint64_t index = 0;  // collectives this rank entered, this one included
-  // Step-protocol collectives this rank entered, this one included (small broadcasts do not
-  // count): the parity of the call words (Note [Small broadcast]).
+  // Step-protocol collectives this rank entered, this one included (small broadcasts and
+  // reduces do not count): the parity of the call words (Note [Small broadcast]).
   uint64_t step_call = 0;
   // On the small-call path (Note [Small broadcast], Note [Small reduce]), as small call number
   // `small_index`.
@@ -158,12 +158,13 @@ class ShmGroup final : public Backend {
   // Broadcasts that took the small-broadcast path (on the calling rank's thread), and the
   // largest the group lets take it (rank 0's bcast_bytes or bcast_shared_bytes).
   uint32_t small_broadcasts() const { return bcasts_ - small_reduces_; }
-  // Reduces that took the small-reduce path, and the largest the group lets take it.
+  uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
+  // Reduces that took the small-reduce path, and the largest the group lets take it (rank 0's
+  // reduce_bytes).
   uint32_t small_reduces() const { return small_reduces_; }
+  uint64_t small_reduce_limit() const { return seg_->header().reduce_bytes; }
   // Of them, those this rank contributed to from its arena, read there by the root.
   uint32_t small_reduces_from_arena() const { return small_reduces_from_arena_; }
-  uint64_t small_reduce_limit() const { return seg_->header().reduce_bytes; }
-  uint64_t small_broadcast_limit() const { return seg_->header().bcast_bytes; }
   // Of them, those this rank was the root of whose message went into data slots (more than
   // kBcastInlineBytes).
   uint32_t small_broadcasts_in_slots() const { return bcast_slot_messages_; }
@@ -274,25 +275,25 @@ class ShmGroup final : public Backend {
   // of, or its contribution to a reduce) into its cell c.small_index % kBcastCells and data
   // slots, after the waits that let it reuse them, and publishes the cell. By reference
   // (Note [Small broadcast by reference]) where `may_refer` and the buffer qualifies: returns
-  // whether it did.
-  // `arena_off` >= 0: the message lies there in this rank's arena, and the readers read it in
-  // place (a reduce's contribution; Note [Small reduce]).
+  // whether it did. `arena_off` >= 0: the message lies there in this rank's arena, and the
+  // readers read it in place (a reduce's contribution; Note [Small reduce]).
   bool write_small(Call& c, const void* src, int64_t bytes, bool may_refer, int64_t arena_off = -1);
   // Every rank's end of a small call: the count, the digest and `done`.
   void finish_small(const Call& c);
-  // Waits until every other rank completed small broadcast `done` - 1 (wrap-safe).
+  // Waits until every other rank completed small call `done` - 1 (wrap-safe).
   void wait_bcast_done(Call& c, uint32_t done);
-  // Whether every other rank has completed small broadcast `done` - 1, without waiting.
+  // Whether every other rank has completed small call `done` - 1, without waiting.
   bool bcast_done_now(uint32_t done);
   void publish_bcast_record(const Call& c);
   // Whether the root's receivers read `bytes` at `buf` in place (Note [Small broadcast by
   // reference]): decided by the root alone.
   bool bcast_by_reference(const void* buf, int64_t bytes);
-  // The receivers' check of the root's cell: kInvalidArgument naming both calls.
+  // A reader's check of the cell `writer` wrote (a broadcast's root, a reduce's contributor):
+  // kInvalidArgument naming both calls.
   void verify_bcast_cell(const Call& c, int writer, const BcastCell& cell);
   // Between the futex slices of a wait: a peer that made another call where this rank makes a
-  // small broadcast, or a small broadcast where this rank makes a step-protocol call, never
-  // arrives; kInvalidArgument naming both calls (shm_check.cc).
+  // small call, or a small call where this rank makes a step-protocol call, never arrives;
+  // kInvalidArgument naming both calls (shm_check.cc).
   void check_crossed_calls(const Call& c);
   void all_gather(Call& c);  // also kGather
   void reduce_scatter(Call& c);
