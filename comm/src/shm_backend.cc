@@ -444,6 +444,17 @@ void ShmGroup::fail_wait(Call& c, ErrorKind kind, const std::string& why,
       if (p != me_ && static_cast<int32_t>(e - target) < 0) missing.push_back(p);
     }
     if (missing.empty()) missing = missing_hint;
+  } else if (c.index != 0 && c.waits_done) {
+    // A small call's wait for every rank's `done` (a writer about to reuse its ring, a reduce's
+    // contributor whose arena buffer the root reads): name every rank behind. The first one
+    // alone may be a rank that waits itself, and that has given up by now (a reduce's root,
+    // for a stopped contributor: the kill soak).
+    missing.clear();
+    for (int p = 0; p < n_; ++p) {
+      const uint32_t done = seg_->control(p).bcast.done.load(std::memory_order_acquire);
+      if (p != me_ && static_cast<int32_t>(done - c.target) < 0) missing.push_back(p);
+    }
+    if (missing.empty()) missing = missing_hint;
   }
   detail::throw_error(kind,
                       detail::concat("shm: ", describe_call(c), ": ", why, "; waiting for ",

@@ -156,7 +156,10 @@ void ShmGroup::publish_bcast_record(const Call& c) {
 void ShmGroup::wait_bcast_done(Call& c, uint32_t done) {
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - done) >= 0; };
   if (reached(bcast_seen_done_)) return;
-  // Every peer at once: the least `done` seen now lets the next cells go without looking.
+  // Every peer at once: the least `done` seen now lets the next cells go without looking. A
+  // wait that fails names every rank behind, not only the first (fail_wait).
+  c.waits_done = true;
+  c.target = done;
   uint32_t least = 0;
   bool first = true;
   for (int p = 0; p < n_; ++p) {
@@ -168,6 +171,7 @@ void ShmGroup::wait_bcast_done(Call& c, uint32_t done) {
     first = false;
   }
   bcast_seen_done_ = first ? done : least;
+  c.waits_done = false;
 }
 
 bool ShmGroup::bcast_by_reference(const void* buf, int64_t bytes) {

@@ -76,6 +76,8 @@ struct Call {
   // `small_index`.
   bool small = false;
   uint32_t small_index = 0;
+  // In wait_bcast_done: waiting for every other rank's `done` to reach `target`.
+  bool waits_done = false;
   bool first_step = true;
   uint32_t target = 0;          // the epoch being waited for (error messages)
   std::vector<double> factors;  // premul_sum: every rank's factor, after the first step

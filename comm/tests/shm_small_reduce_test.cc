@@ -488,5 +488,24 @@ TEST(ShmSmallReduceErrors, ARootTimesOutNamingTheMissingContributor) {
   EXPECT_FALSE(errors[1].has_value()) << errors[1]->what();  // it contributed and returned
 }
 
+// A contributor whose ring is full waits for every other rank's `done`; when that wait fails it
+// names every rank behind: here the root that never comes and a contributor that stopped (both
+// before their first call; the full ring waits for the first call's readers), where
+// the first alone could be a rank that itself waits (the kill soak: a reduce's root waiting for
+// a stopped contributor, which gave up first).
+TEST(ShmSmallReduceErrors, AContributorWithAFullRingNamesEveryRankBehind) {
+  auto errors = errors_of(3, milliseconds(1500), [](int me, Backend& b) {
+    std::vector<float> buf(4, 1.f);
+    const int calls = me == 1 ? shm::kBcastCells + 20 : 0;  // rank 2 stops before its first
+    for (int k = 0; k < calls; ++k) run(b, reduce(buf, 4, 0));
+  });
+  ASSERT_TRUE(errors[1].has_value());
+  EXPECT_EQ(errors[1]->kind(), ErrorKind::kTimeout) << errors[1]->what();
+  const std::string msg = errors[1]->message();
+  EXPECT_NE(msg.find("waiting for group ranks [0, 2] (world ranks [10, 12])"), std::string::npos)
+      << msg;
+  EXPECT_FALSE(errors[2].has_value()) << errors[2]->what();
+}
+
 }  // namespace
 }  // namespace braid

@@ -43,7 +43,9 @@ set_deadline() {
   watchdog=$((deadline + 40))
 }
 
-RANDOM=$seed
+# Base 10: a seed from the clock may start with 0, which bash would read as octal (and reject
+# 8s and 9s, leaving RANDOM unseeded and the run not replayable).
+RANDOM=$((10#$seed))
 tmp=$(mktemp -d /tmp/braid-soak-XXXXXX)
 pids=()        # the current trial's rank pids
 launcher_pid=  # the current trial's timeout(1) process (its process group holds the launcher)
