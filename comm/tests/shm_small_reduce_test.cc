@@ -1,10 +1,11 @@
 // The shm backend's small reduces (docs/shm.md, "Small reduces"; Note [Small reduce] in
 // comm/src/shm_broadcast.cc): at 1, 2, 3, 4 and 8 ranks (threads and forked processes), every
-// root, op and dtype, sizes on both sides of the inline limit and of the path's limit, in place
-// and out of place, many more calls than the ring has cells, mixed with small broadcasts and
-// step calls, bit for bit against the same calls through the step protocol (a second group with
-// the path off); contributors that return without waiting for the root; the limits; and the
-// mismatches and the timeout the path must still report.
+// root, op and dtype, sizes on both sides of the inline limit, of a chunk (several chunks, a
+// short last one) and of the test's limit, in place and out of place, many more calls than the
+// ring has cells, mixed with small broadcasts and step calls, bit for bit against the same calls
+// through the step protocol (a second group with the path off); contributors that return
+// without waiting for the root; contributions read in place in their writers' arenas; the
+// limit; and the mismatches and timeouts the path must still report.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
