@@ -24,33 +24,18 @@
 #include "braid/comm/store.h"
 #include "braid/core/error.h"
 #include "comm_test_util.h"
+#include "shm_test_util.h"
 
 namespace braid {
 namespace {
 
 using std::chrono::milliseconds;
 
+using shm_test::make_backend;
+using shm_test::run;
+
 std::string unique_job() {
-  static std::atomic<int> counter{0};
-  return "sr" + std::to_string(getpid()) + "n" + std::to_string(counter++);
-}
-
-std::unique_ptr<Backend> make_backend(int rank, int size, std::shared_ptr<Store> store,
-                                      const std::string& job, milliseconds timeout,
-                                      const ShmOptions& options = ShmOptions{}) {
-  BackendContext ctx;
-  ctx.store = std::move(store);
-  ctx.rank = rank;
-  ctx.size = size;
-  for (int i = 0; i < size; ++i) ctx.global_ranks.push_back(10 + i);
-  ctx.job_id = job;
-  ctx.timeout = timeout;
-  return create_shm_backend(ctx, options);
-}
-
-void run(Backend& b, const CollectiveDesc& d) {
-  auto work = b.run(d);
-  if (work->error()) std::rethrow_exception(work->error());
+  return shm_test::unique_job("sr");
 }
 
 shm::ShmGroup& group_of(Backend& b) {
@@ -363,21 +348,9 @@ TEST(ShmSmallReduceLimits, RankZerosLimitDecidesAndPremulSumSteps) {
   }
 }
 
-// What each rank's calls threw (nullopt: nothing).
 std::vector<std::optional<Error>> errors_of(int n, milliseconds timeout,
                                             const std::function<void(int, Backend&)>& fn) {
-  std::vector<std::optional<Error>> errors(n);
-  const std::string job = unique_job();
-  auto result = testing::run_threads(n, [&](int me, int size, std::shared_ptr<Store> store) {
-    auto b = make_backend(me, size, store, job, timeout);
-    try {
-      fn(me, *b);
-    } catch (const Error& e) {
-      errors[me] = e;
-    }
-  });
-  EXPECT_TRUE(result.ok()) << result.summary();
-  return errors;
+  return shm_test::errors_of(n, timeout, unique_job(), fn);
 }
 
 CollectiveDesc reduce(std::vector<float>& buf, int64_t count, int root) {
