@@ -271,7 +271,7 @@ bool ShmGroup::write_small(Call& c, const void* src, int64_t bytes, bool may_ref
   // Nobody polls them yet, unlike the step lines, where the same hint measured slower.
   BcastCell& next = seg_->bcast_cell(me_, static_cast<int>((b + 1) % kBcastCells));
   prefetch_for_write(&next);
-  if (bytes > kInlineBytes && bytes <= kBcastInlineBytes) {
+  if (bytes > kBcastFirstLineBytes && bytes <= kBcastInlineBytes) {
     prefetch_for_write(reinterpret_cast<const uint8_t*>(&next) + 64);  // its second line
   }
   if (bytes > kBcastInlineBytes && cell.by_reference == 0) {

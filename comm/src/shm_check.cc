@@ -1,11 +1,20 @@
 // The shm backend's cross-rank check (always on; docs/shm.md, "Cross-rank check"): at the
 // first step of every collective each rank publishes the call it entered (its index among
-// this group's collectives, kind, dtype, count, op, root) in the step line it is about to mark
-// ready, and its premul_sum factor, arena offsets and buffer addresses in the call words of the
-// call's parity (a peer may already publish its next call); after the step's ready wait every
-// rank compares every peer's call with its own, so a mismatch is an error naming both ranks and
-// both calls before anyone reads a peer's data. The same step shares the premul_sum factors and
-// the all_to_all_v counts.
+// this group's collectives, kind, dtype, count, op, root) in the step call of the step line it
+// is about to mark ready, and the call's key (call_key: a hash of what the check compares) in
+// that line, and its premul_sum factor, arena offsets and buffer addresses in the call words of
+// the call's parity (a peer may already publish its next call); after the step's ready wait
+// every rank compares every peer's key with its own, and where they differ the calls, so a
+// mismatch is an error naming both ranks and both calls before anyone reads a peer's data. The
+// same step shares the premul_sum factors and the all_to_all_v counts.
+//
+// Note [Call key]
+// The key is in the step line, which a peer reads anyway, where the call itself takes 40 bytes
+// of a second line: with the key, a message of up to 48 bytes travels in the line too, and a
+// small collective moves one line per rank (2 ranks, 32-byte all_reduce: docs/shm.md, "Cross-
+// rank check"). Two calls that the check takes for the same call have the same key (call_key
+// hashes what same_call compares, and the small-call digest); two that differ share it with a
+// chance of 2^-64 per pair compared.
 #include <atomic>
 #include <bit>
 #include <cstring>
@@ -27,7 +36,7 @@ struct PublishedCall {
   int root;
 };
 
-PublishedCall read_call(const StepLine& line) {
+PublishedCall read_call(const StepCall& line) {
   return {line.call_index,
           line.seq,
           line.count,
@@ -61,7 +70,7 @@ void store_field(T& field, T value) {
   std::atomic_ref<T>(field).store(value, std::memory_order_relaxed);
 }
 
-PublishedCall read_call_racy(const StepLine& line) {
+PublishedCall read_call_racy(const StepCall& line) {
   return {load_field(line.call_index),
           load_field(line.seq),
           load_field(line.count),
@@ -102,10 +111,29 @@ bool same_call(const PublishedCall& a, const PublishedCall& b) {
   return true;
 }
 
+// What same_call compares, and the small-call digest (Note [Call key]). Each word times its
+// own odd constant (a bijection: calls that differ in one word never share the key), the
+// products independent of each other, so that the key costs a few cycles of a small call.
+uint64_t call_key(const PublishedCall& p, uint64_t digest) {
+  const bool barrier = p.kind == CollectiveKind::kBarrier;
+  uint64_t what = static_cast<uint64_t>(p.kind);
+  int64_t count = 0;
+  if (!barrier) {
+    what |= static_cast<uint64_t>(p.dtype) << 8;
+    if (is_reduction(p.kind)) what |= static_cast<uint64_t>(p.op) << 16;
+    if (is_rooted(p.kind)) what |= static_cast<uint64_t>(static_cast<uint32_t>(p.root)) << 32;
+    if (p.kind != CollectiveKind::kAllToAllV) count = p.count;
+  }
+  const uint64_t h = (p.index * 0x9e3779b97f4a7c15ull) ^ (what * 0xc2b2ae3d27d4eb4full) ^
+                     (static_cast<uint64_t>(count) * 0x165667b19e3779f9ull) ^
+                     (digest * 0xd6e8feb86659fd93ull);
+  return h ^ (h >> 32);
+}
+
 }  // namespace
 
 void ShmGroup::publish_call(Call& c) {
-  StepLine& line = step_line(me_);
+  StepCall& line = step_call(me_);
   const CollectiveDesc& d = c.desc;
   // Atomic stores (plain moves on x86): a waiting peer's check_crossed_calls may read them.
   store_field(line.call_index, c.index);
@@ -124,7 +152,10 @@ void ShmGroup::publish_call(Call& c) {
   words.recv_addr.store(reinterpret_cast<uintptr_t>(d.recv), std::memory_order_relaxed);
   // Note [Kernel copy]: 1 offers, 2 declines this call, 0 cannot (the group stops trying).
   words.kernel_copy.store(c.kc_mine ? 1 : c.kc_declined ? 2 : 0, std::memory_order_relaxed);
-  // The release store of the ready epoch that follows makes these visible to the peers.
+  // Last, just before the ready epoch, in the same line: a peer polling that line cannot take
+  // it back between the two stores (Note [Call key]). The release store of the epoch makes all
+  // of these visible to the peers.
+  step_line(me_).key = call_key(call_of(c), bcast_digest_);
 }
 
 namespace {
@@ -141,15 +172,11 @@ namespace {
 
 }  // namespace
 
-void ShmGroup::verify_call(Call& c) {
-  const PublishedCall mine = read_call(step_line(me_));
-  for (int p = 0; p < n_; ++p) {
-    if (p == me_) continue;
-    const PublishedCall theirs = read_call(step_line(p));
-    if (!same_call(mine, theirs)) throw_mismatch(context_.global_ranks, me_, mine, p, theirs);
-  }
-  for (int p = 0; p < n_; ++p) {
-    if (p == me_ || step_line(p).bcast_digest == bcast_digest_) continue;
+void ShmGroup::fail_verify(const Call& c, int p) {
+  const PublishedCall mine = read_call(step_call(me_));
+  const PublishedCall theirs = read_call(step_call(p));
+  if (!same_call(mine, theirs)) throw_mismatch(context_.global_ranks, me_, mine, p, theirs);
+  if (step_call(p).bcast_digest != bcast_digest_) {
     // Small calls on which the ranks disagreed without anyone waiting (both believed they were
     // a broadcast's root, or neither a reduce's; Note [Small broadcast], Note [Small reduce]).
     // Name the latest of each, where it can be read.
@@ -165,6 +192,16 @@ void ShmGroup::verify_call(Call& c) {
                      : std::string(),
                "; expected every rank of the group to make the same collective calls in the "
                "same order, with the same root");
+  }
+  BRAID_FAIL(kInternal, "shm: group rank ", p, "'s call key differs from group rank ", me_,
+             "'s at group call #", c.index, ", but their calls (", describe(theirs),
+             ") and small-call digests agree");
+}
+
+void ShmGroup::verify_call(Call& c) {
+  const uint64_t key = step_line(me_).key;
+  for (int p = 0; p < n_; ++p) {
+    if (p != me_ && step_line(p).key != key) fail_verify(c, p);
   }
   if (c.desc.op == ReduceOp::kPremulSum && is_reduction(c.desc.kind)) {
     c.factors.resize(n_);
@@ -206,10 +243,9 @@ void ShmGroup::check_crossed_calls(const Call& c) {
       // p in a step this rank has not made (step epoch_). Legitimate only for a call after this
       // one, and then p completed this small call before (`done`, published before its
       // step's epoch, which this acquire load saw).
-      const StepLine& line = seg_->control(p).step[epoch_ & 1];
-      const uint32_t e = line.epoch.load(std::memory_order_acquire);
+      const uint32_t e = seg_->control(p).step[epoch_ & 1].epoch.load(std::memory_order_acquire);
       if (static_cast<int32_t>(e - (epoch_ + 1)) < 0) continue;
-      const PublishedCall theirs = read_call_racy(line);
+      const PublishedCall theirs = read_call_racy(seg_->control(p).step_call[epoch_ & 1]);
       const uint32_t done = seg_->control(p).bcast.done.load(std::memory_order_acquire);
       if (theirs.index > c.index && static_cast<int32_t>(done - (c.small_index + 1)) >= 0) {
         continue;

@@ -236,8 +236,9 @@ void ShmGroup::reduce_scatter_slots(Call& c) {
   std::vector<const void*>& inputs = inputs_;
   if (n_ > 1 && (n_ - 1) * block_bytes <= kInlineBytes) {
     // The blocks for all the peers fit in the step line together (2 ranks, blocks of up to
-    // kInlineBytes): they travel with the ready word, one line per rank, as all_reduce's
-    // smallest messages do (measured: docs/performance.md, "Issue 35 on an AMD EPYC (Zen 4)").
+    // kInlineBytes; 4 ranks, 16 bytes): they travel with the ready word, one line per rank, as
+    // all_reduce's smallest messages do (measured: docs/performance.md, "Issue 35 on an AMD
+    // EPYC (Zen 4)" and "The call key in the step line").
     // Rank w's block for rank r lies at slot r of w's line, counting the ranks other than w.
     auto slot = [&](int w, int r) { return (r < w ? r : r - 1) * block_bytes; };
     step(

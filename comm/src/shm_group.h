@@ -6,11 +6,17 @@
 // Note [Step protocol]
 // Every collective is a sequence of steps. Step s (counted over the group's life) stages data
 // in a region of each rank's slot, its "area", and uses step line s % 2 of each control block:
-//   1. (first step of a call) publish the call in my step line,
-//   2. write: fill my area,
+//   1. write: fill my area (a message of up to kInlineBytes: my step line),
+//   2. (first step of a call) publish the call: in full in my step call, its key in my step
+//      line (Note [Call key], shm_check.cc),
 //   3. epoch = s+1 (ready), wait until every rank's epoch >= s+1,
-//   4. (first step of a call) compare the calls every rank published (the cross-rank check),
+//   4. (first step of a call) compare the keys every rank published (the cross-rank check),
 //   5. read: any rank's area, into the caller's buffers.
+// The key goes after the write, just before the epoch in the same line: a peer polling that
+// line takes it back at each store to it, and with the key first the epoch store waited for the
+// line a second time whenever the write went to my area (2 ranks, 128-256 B all_reduce: 0.51-
+// 0.55 us a call, 0.40-0.42 with the key after; docs/performance.md, "The call key in the step
+// line").
 // No wait precedes the write. A peer publishes ready for step s-1 only after its read of step
 // s-2, and I waited for that in step s-1: so whatever I write must only avoid what peers may
 // still read, the areas of steps s-1 and (for the results a step leaves for the next one)
@@ -207,8 +213,8 @@ class ShmGroup final : public Backend {
   void step(Call& c, uint64_t bytes, Write&& write, Read&& read) {
     line_ = epoch_ & 1;
     next_region(bytes);
-    if (c.first_step) publish_call(c);
     if (!(c.first_step && c.zc_mine)) write();
+    if (c.first_step) publish_call(c);
     StepLine& mine = step_line(me_);
     publish_word(mine.epoch, mine.waiters, ++epoch_);
     wait_all(c, epoch_);
@@ -220,8 +226,11 @@ class ShmGroup final : public Backend {
   }
   void publish_call(Call& c);
   void verify_call(Call& c);
-  // Rank p's step line for the current step, and its words for call c.
+  // Rank p's key differs from this rank's: throws the mismatch it stands for.
+  [[noreturn]] void fail_verify(const Call& c, int p);
+  // Rank p's step line and step call for the current step, and its words for call c.
   StepLine& step_line(int p) const { return seg_->control(p).step[line_]; }
+  StepCall& step_call(int p) const { return seg_->control(p).step_call[line_]; }
   CallWords& call_words(int p, const Call& c) const {
     return seg_->control(p).call[c.step_call & 1];
   }
@@ -244,8 +253,8 @@ class ShmGroup final : public Backend {
     *pos += size;
   }
   // Where rank p stages `bytes` for the current step: the step line itself when they fit
-  // (kInlineBytes; one cache line then carries the call, the data and the ready word), else its
-  // area. Every rank of a step stages the same size, so all agree.
+  // (kInlineBytes; one cache line then carries the call's key, the data and the ready word),
+  // else its area. Every rank of a step stages the same size, so all agree.
   uint8_t* staging(int p, int64_t bytes) const {
     return bytes <= kInlineBytes ? step_line(p).data : area(p);
   }

@@ -18,7 +18,7 @@
 namespace braid::shm {
 
 inline constexpr uint32_t kMagic = 0x62726d73;  // "brms"
-inline constexpr uint32_t kVersion = 12;        // 12: small reduces in the broadcast cells
+inline constexpr uint32_t kVersion = 13;        // 13: the call key in the step line
 
 struct alignas(64) SegmentHeader {
   uint32_t magic = 0;
@@ -57,25 +57,36 @@ inline uint64_t slot_region_bytes(uint64_t slot_bytes) {
 }
 
 // Bytes of a message small enough to travel in the step line itself (StepLine::data).
-inline constexpr int64_t kInlineBytes = 16;
+inline constexpr int64_t kInlineBytes = 48;
 
 // One per rank and step parity (Note [Step protocol]): the ready word of the steps of that
 // parity and what the peers read right after waiting on it, in the same cache line, so a
-// small collective moves one line per rank. The call fields are written at a call's first step.
+// small collective moves one line per rank: the key of the call (written at its first step;
+// the cross-rank check compares the keys, call_key in shm_check.cc) and a message of up to
+// kInlineBytes. The call itself, in full, is in the rank's StepCall of the same parity.
 struct alignas(64) StepLine {
   std::atomic<uint32_t> epoch{0};  // s+1 once this rank is ready for step s (of this parity)
   std::atomic<uint32_t> waiters{0};
+  uint64_t key = 0;
+  alignas(16) uint8_t data[kInlineBytes] = {};  // a message of up to kInlineBytes
+};
+static_assert(offsetof(StepLine, data) == 16);
+static_assert(sizeof(StepLine) == 64);
+
+// The call behind a step line's key, written with it: read where the keys differ (to name both
+// calls) and by a waiting peer's check (check_crossed_calls), not on the way of a call the
+// ranks agree on, so its line stays in its writer's cache.
+struct alignas(64) StepCall {
   uint64_t call_index = 0;  // collectives entered by this rank (p2p excluded)
   uint64_t seq = 0;         // the front's sequence number
   int64_t count = 0;
   uint8_t kind = 0, dtype = 0, op = 0, pad = 0;
   int32_t root = 0;
-  alignas(8) uint8_t data[kInlineBytes] = {};  // a message of up to kInlineBytes
   // Digest of the small broadcasts (Note [Small broadcast]) this rank made before this call:
   // published with the call and compared by the cross-rank check.
   uint64_t bcast_digest = 0;
 };
-static_assert(sizeof(StepLine) == 64);
+static_assert(sizeof(StepCall) == 64);
 
 // Note [Small broadcast] (shm_broadcast.cc): each rank's ring of kBcastCells cells, the one the
 // rank writes as the root of broadcast b (or a contributor to reduce b, Note [Small reduce])
@@ -96,6 +107,8 @@ inline constexpr int64_t kReduceChunkBytes = int64_t{128} << 10;
 // writer's arena (Note [Small reduce]).
 inline constexpr int64_t kReduceArenaMaxBytes = int64_t{256} << 10;
 inline constexpr int64_t kBcastInlineBytes = 80;
+// The part of it in the cell's first line (the rest is in the second).
+inline constexpr int64_t kBcastFirstLineBytes = 16;
 // The smallest message whose receivers may read it in the root's own buffer where that is on
 // huge pages (Note [Small broadcast by reference], shm_broadcast.cc).
 inline constexpr int64_t kBcastByReferenceBytes = int64_t{128} << 10;
@@ -123,7 +136,7 @@ struct alignas(128) BcastCell {
   // which only such a message touches.
   alignas(16) uint8_t data[kBcastInlineBytes] = {};
 };
-static_assert(offsetof(BcastCell, data) == 48);
+static_assert(offsetof(BcastCell, data) + kBcastFirstLineBytes == 64);
 static_assert(sizeof(BcastCell) == 128);
 
 // Per rank, a line of its own: the small calls (broadcasts and reduces) it completed (what a
@@ -170,6 +183,7 @@ struct alignas(64) ControlBlock {
   // otherwise: a peer that times out waiting for this rank names it too (ShmGroup::fail_wait).
   std::atomic<int32_t> waits_for{0};
   CallWords call[2];
+  StepCall step_call[2];  // the call of step[k] in full
   BcastLine bcast;
 };
 
