@@ -320,17 +320,31 @@ void ShmGroup::leave_after_error(ErrorKind kind) {
 // ---- waiting -------------------------------------------------------------------------------
 
 void ShmGroup::wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word,
-                             std::atomic<uint32_t>& waiters, uint32_t target) {
+                             std::atomic<uint32_t>& waiters, uint32_t target, bool eager) {
   auto reached = [&](uint32_t v) { return static_cast<int32_t>(v - target) >= 0; };
   if (reached(word.load(std::memory_order_acquire))) return;
   // A peer in step with this rank arrives within a few hundred ns: poll before the first
   // clock read, which costs more than the wait it would time.
   if (n_ <= usable_cpus()) {
-    for (int i = 0; i < kPollsBeforeClock; ++i) {
-      // No pause for the first polls: a pause costs tens of cycles, which is most of the
-      // wait when the peer is in step (16-byte all_reduce, 2 ranks: 0.20 against 0.22 us).
-      if (i >= kPollsWithoutPause) cpu_relax();
-      if (reached(word.load(std::memory_order_acquire))) return;
+    // Eager: no pause for the first polls, for a word whose line holds all the peer writes
+    // (a step's message in the step line, a small call's cell): a pause costs tens of cycles,
+    // which is most of the wait when the peer is in step (16-byte all_reduce, 2 ranks: 0.20
+    // against 0.22 us). Else a pause from the first poll: polls back to back take the line
+    // from a writer that has stored to it and still waits for its other lines (its area),
+    // which must then fetch it again for the ready word (2 ranks, 64 B-4 KiB all_reduce,
+    // all_gather and reduce_scatter, 1.11-1.22x; docs/performance.md, "The call key in the
+    // step line").
+    // Two loops, so that the eager one, the small calls' (0.1 us), stays as tight as before.
+    if (eager) {
+      for (int i = 0; i < kPollsBeforeClock; ++i) {
+        if (i >= kPollsWithoutPause) cpu_relax();
+        if (reached(word.load(std::memory_order_acquire))) return;
+      }
+    } else {
+      for (int i = 0; i < kPollsBeforeClock; ++i) {
+        cpu_relax();
+        if (reached(word.load(std::memory_order_acquire))) return;
+      }
     }
   }
   const auto start = std::chrono::steady_clock::now();
@@ -424,12 +438,12 @@ void ShmGroup::fail_if_a_peer_exited(Call& c) {
   }
 }
 
-void ShmGroup::wait_all(Call& c, uint32_t target) {
+void ShmGroup::wait_all(Call& c, uint32_t target, bool eager) {
   c.target = target;
   for (int p = 0; p < n_; ++p) {
     if (p == me_) continue;
     StepLine& line = step_line(p);
-    wait_at_least(c, p, line.epoch, line.waiters, target);
+    wait_at_least(c, p, line.epoch, line.waiters, target, eager);
   }
 }
 

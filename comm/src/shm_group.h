@@ -193,9 +193,10 @@ class ShmGroup final : public Backend {
   // ---- waiting (shm_backend.cc) ----
   // Waits until `word` (rank `peer`'s) reaches `target`, wrap-safe. Throws kTimeout,
   // kPeerLost (peer gone or left after an error) naming the call and the missing ranks.
+  // Eager: poll without a pause at first, for a word in the line that holds all the peer writes.
   void wait_at_least(Call& c, int peer, std::atomic<uint32_t>& word, std::atomic<uint32_t>& waiters,
-                     uint32_t target);
-  void wait_all(Call& c, uint32_t target);
+                     uint32_t target, bool eager = true);
+  void wait_all(Call& c, uint32_t target, bool eager = true);
   // Throws kPeerLost naming the first peer whose process has exited without leaving the group
   // after an error (the cause of a failure others saw first), if any.
   void fail_if_a_peer_exited(Call& c);
@@ -217,7 +218,7 @@ class ShmGroup final : public Backend {
     if (c.first_step) publish_call(c);
     StepLine& mine = step_line(me_);
     publish_word(mine.epoch, mine.waiters, ++epoch_);
-    wait_all(c, epoch_);
+    wait_all(c, epoch_, bytes == 0);  // eager where nothing is staged in the areas
     const bool first = c.first_step;
     if (first) verify_call(c);
     c.first_step = false;
