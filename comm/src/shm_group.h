@@ -15,7 +15,7 @@
 // The key goes after the write, just before the epoch in the same line: a peer polling that
 // line takes it back at each store to it, and with the key first the epoch store waited for the
 // line a second time whenever the write went to my area (2 ranks, 128-256 B all_reduce: 0.51-
-// 0.55 us a call, 0.40-0.42 with the key after; docs/performance.md, "The call key in the step
+// 0.54 us a call, 0.40-0.42 with the key after; docs/performance.md, "The call key in the step
 // line").
 // No wait precedes the write. A peer publishes ready for step s-1 only after its read of step
 // s-2, and I waited for that in step s-1: so whatever I write must only avoid what peers may
