@@ -344,7 +344,9 @@ TEST_P(ShmBroadcastByReference, ReceiversReadHugePageBuffersInPlace) {
       EXPECT_EQ(group.small_broadcasts_by_reference(), by_reference) << "call " << k;
     }
     EXPECT_EQ(group.small_broadcasts(), 60u);
-    if (on_huge_pages && size > 1) EXPECT_GT(by_reference, 0u);
+    if (on_huge_pages && size > 1) {
+      EXPECT_GT(by_reference, 0u);
+    }
     run(*b, barrier);
   };
   auto result = processes ? testing::run_processes(n, fn) : testing::run_threads(n, fn);

@@ -292,7 +292,9 @@ TEST(ShmSmallReduceArena, TheRootReadsArenaContributionsInPlaceAndTheirWritersWa
       }
     }
     EXPECT_EQ(group.small_reduces(), static_cast<uint32_t>(k));
-    if (me != 0) EXPECT_EQ(from_arena, 3u);  // 64, 72 and 256 KiB in the arena
+    if (me != 0) {
+      EXPECT_EQ(from_arena, 3u);  // 64, 72 and 256 KiB in the arena
+    }
     b->release(shared);
   });
   EXPECT_TRUE(result.ok()) << result.summary();
