@@ -159,8 +159,8 @@ TEST(ShmStepLine, MessagesAroundTheInlineLimitAreExact) {
   }
 }
 
-// Two ranks make `mine(rank)`'s call on an 8-element f32 buffer (inline: the call key and the
-// data in one line) and return what each threw.
+// Two ranks make an all_reduce of 8 f32 (inline: the call key and the data in one line), which
+// `change(rank, desc)` alters, and return what each threw.
 std::vector<std::optional<Error>> errors_of(
     const std::function<void(int, CollectiveDesc&)>& change) {
   return shm_test::errors_of(2, milliseconds(20000), shm_test::unique_job("ck"),
